@@ -1,0 +1,179 @@
+/*
+ * gpupool.h — the public API of gpupool, a caching, stream-ordered GPU memory pool.
+ *
+ * One gp_pool serves one device through one backend ("cuda" on a real GPU, "sim" on the simulated
+ * GPU used by tests and by `gpupool replay`). Every function returns an int error code (GP_OK == 0)
+ * and, on failure, leaves a message that says what failed and why in a per-thread buffer readable
+ * with gp_last_error(). A failing call changes nothing.
+ *
+ * Streams are passed as opaque handles (gp_stream); with the cuda backend a gp_stream is a
+ * cudaStream_t, NULL being the default stream.
+ */
+#ifndef GPUPOOL_H
+#define GPUPOOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(GPUPOOL_STATIC_DEFINE)
+#define GP_API
+#elif defined(_WIN32)
+#define GP_API __declspec(dllexport)
+#else
+#define GP_API __attribute__((visibility("default")))
+#endif
+
+#define GPUPOOL_VERSION_MAJOR 0
+#define GPUPOOL_VERSION_MINOR 1
+#define GPUPOOL_VERSION_PATCH 0
+
+typedef struct gp_pool gp_pool;
+typedef void *gp_stream; /* cudaStream_t with the cuda backend; NULL = default stream */
+
+/* Error codes. GP_OK is 0; every error is negative so that callers can test `rc < 0`. */
+enum gp_error {
+    GP_OK = 0,
+    GP_ERR_INVALID = -1,       /* a bad argument: NULL pool, NULL out-pointer, size too large */
+    GP_ERR_OOM = -2,           /* the device has no memory for the request, even after release */
+    GP_ERR_DEVICE = -3,        /* a device call failed for another reason */
+    GP_ERR_CONFIG = -4,        /* an unknown configuration key or a bad value */
+    GP_ERR_NOT_OWNED = -5,     /* a pointer this pool never returned */
+    GP_ERR_INTERIOR = -6,      /* a pointer into the middle of a block */
+    GP_ERR_DOUBLE_FREE = -7,   /* a block that is already free */
+    GP_ERR_UNKNOWN_STREAM = -8,/* a stream this pool has never seen */
+    GP_ERR_DESTROYED = -9,     /* the pool has been destroyed */
+    GP_ERR_BACKEND = -10,      /* no backend of that name is built in, or it cannot run here */
+    GP_ERR_NOT_READY = -11,    /* (internal/backends) an event has not completed yet */
+    GP_ERR_QUOTA = -12,        /* reserved for per-model budgets */
+    GP_ERR_PAUSED = -13,       /* reserved for paused models */
+    GP_ERR_CORRUPT = -14       /* gp_check found broken metadata (a bug in gpupool) */
+};
+
+/* A short, static description of an error code ("out of device memory", ...). */
+GP_API const char *gp_strerror(int error);
+
+/* The calling thread's message for its last failed gpupool call ("" if none). It says what failed
+ * and why, e.g. "out of device memory: requested 3.0 GiB on stream 0x7f.., 1.2 GiB cached but
+ * fragmented, 0.4 GiB free on the device". Valid until the thread's next gpupool call. */
+GP_API const char *gp_last_error(void);
+
+/* ---- pool lifetime ---------------------------------------------------------------------------- */
+
+/*
+ * Creates a pool for `device` on the backend named `backend` ("cuda" or "sim"; NULL takes the
+ * `backend` configuration key, whose default is "cuda"). `config` is a "key:value,key:value" string;
+ * the GPUPOOL_CONF environment variable is read first and `config` overrides it key by key. Sizes take
+ * B, KiB, MiB, GiB (or K, M, G) suffixes. An unknown key or a bad value fails with GP_ERR_CONFIG.
+ * The keys are listed by gp_config_help().
+ */
+GP_API int gp_pool_create(gp_pool **out, int device, const char *backend, const char *config);
+
+/* What destroy found still allocated. */
+typedef struct gp_leak_report {
+    size_t live_blocks; /* blocks allocated and never freed */
+    size_t live_bytes;  /* their rounded sizes */
+} gp_leak_report;
+
+/*
+ * Destroys the pool: waits for the device work the pool still orders, gives every byte back to the
+ * device (including blocks that were never freed, which are counted in *report when it is not NULL
+ * and named in gp_last_error()), and frees all host metadata. Returns GP_OK even when blocks were
+ * still live (the report says so); GP_ERR_DEVICE if a device call failed while giving memory back
+ * (the message says how many bytes). After this call the handle is dead: any later call with it
+ * returns GP_ERR_DESTROYED (the handle's small shell is kept for that purpose).
+ */
+GP_API int gp_pool_destroy(gp_pool *pool, gp_leak_report *report);
+
+/* ---- allocation ------------------------------------------------------------------------------- */
+
+/*
+ * Allocates `size` bytes of device memory for use on `stream`; *out receives a 512-byte aligned
+ * device pointer. size 0 succeeds and sets *out to NULL (like cudaMalloc's documented behaviour for
+ * 0 bytes); gp_free(NULL) is then a no-op. A size larger than the device fails with GP_ERR_INVALID;
+ * a size the device cannot hold now with GP_ERR_OOM. On failure *out is set to NULL.
+ */
+GP_API int gp_alloc(gp_pool *pool, void **out, size_t size, gp_stream stream);
+
+/*
+ * Frees a block. `stream` is the stream on which its last use is ordered (normally the stream it was
+ * allocated on). The block is reusable at once by later allocations on that stream, and by other
+ * streams only after the device has finished the work queued before the free. ptr NULL is a no-op.
+ */
+GP_API int gp_free(gp_pool *pool, void *ptr, gp_stream stream);
+
+/*
+ * Records that the block at `ptr` is used on `stream` as well (like torch's Tensor.record_stream):
+ * when it is freed it returns to the cache only after the work queued on `stream` up to the free has
+ * finished.
+ */
+GP_API int gp_record_stream(gp_pool *pool, void *ptr, gp_stream stream);
+
+/*
+ * Gives cached memory back to the device until at most `keep_bytes` stay cached (0 = all). Only
+ * segments that are wholly free and whose last uses have completed are released, oldest first.
+ * *released (optional) receives the bytes given back.
+ */
+GP_API int gp_trim(gp_pool *pool, size_t keep_bytes, size_t *released);
+
+/* ---- statistics ------------------------------------------------------------------------------- */
+
+#define GP_STATS_VERSION 1
+#define GP_SIZE_CLASS_COUNT 64 /* request-size buckets: bucket k counts [256 << k, 512 << k); 0 also < 256 */
+
+typedef struct gp_stats {
+    uint32_t size;    /* set by the caller to sizeof(gp_stats) */
+    uint32_t version; /* set by the caller to GP_STATS_VERSION */
+
+    uint64_t allocated_bytes;      /* live: rounded sizes of blocks handed out and not freed */
+    uint64_t allocated_bytes_peak;
+    uint64_t requested_bytes;      /* live: sizes as requested */
+    uint64_t reserved_bytes;       /* device memory held by the pool */
+    uint64_t reserved_bytes_peak;
+    uint64_t cached_bytes;         /* reserved - allocated: free or pending blocks */
+    uint64_t pending_bytes;        /* freed blocks waiting for events on other streams */
+    uint64_t active_blocks;        /* live blocks */
+    uint64_t segments;             /* device allocations held */
+    uint64_t num_allocs;           /* successful gp_alloc calls with size > 0 */
+    uint64_t num_frees;
+    uint64_t num_device_allocs;    /* device allocate calls that succeeded */
+    uint64_t num_device_frees;     /* device free calls that succeeded */
+    uint64_t num_alloc_retries;    /* allocations that released cached memory and retried */
+    uint64_t num_ooms;             /* allocations that failed with GP_ERR_OOM */
+    uint64_t num_stream_steals;    /* free segments moved from one stream to another */
+    uint64_t num_stream_waits;     /* times a stream was made to wait on another stream's event */
+    uint64_t num_events_created;   /* device events created (they are pooled) */
+    uint64_t streams;              /* streams seen */
+    uint64_t size_class_allocs[GP_SIZE_CLASS_COUNT]; /* allocations per power-of-two class */
+} gp_stats;
+
+/* Fills *stats (whose size and version fields the caller sets) with a consistent snapshot. */
+GP_API int gp_get_stats(gp_pool *pool, gp_stats *stats);
+
+/*
+ * Writes the stats as one JSON object into buf (always NUL-terminated when len > 0). *needed
+ * (optional) receives the length without the NUL; when it is >= len the output was cut short.
+ */
+GP_API int gp_stats_json(gp_pool *pool, char *buf, size_t len, size_t *needed);
+
+/* Prints a human-readable summary through `write` (called with NUL-terminated pieces). */
+typedef void (*gp_writer)(void *opaque, const char *text);
+GP_API int gp_stats_print(gp_pool *pool, gp_writer write, void *opaque);
+
+/*
+ * Walks all of the pool's metadata and checks its invariants (blocks tile their segments, no two free
+ * neighbours, allocated + cached == reserved, every live block findable, ...). GP_ERR_CORRUPT with a
+ * message naming the first broken one. For tests and debugging: it takes every lock.
+ */
+GP_API int gp_check(gp_pool *pool);
+
+/* The configuration keys, their defaults and meanings, one per line. */
+GP_API const char *gp_config_help(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GPUPOOL_H */

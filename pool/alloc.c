@@ -1,0 +1,191 @@
+/*
+ * alloc.c — gp_alloc: the fast path (own stream's heap, one lock, no device call) and the slow path
+ * (pool lock: pending frees, other streams' free segments, a new device segment, release and retry).
+ */
+#include <assert.h>
+#include <stdlib.h>
+
+#include "error.h"
+#include "format.h"
+#include "pool_state.h"
+#include "size_class.h"
+
+/* Marks b LIVE for a request of `size` on st (locked) and accounts for it. */
+static void hand_out(gp_pool_state *p, gp_stream_state *st, gp_block *b, size_t size)
+{
+    b->state = GP_BLOCK_LIVE;
+    b->requested = size;
+    b->use_count = 0;
+    bool inserted = gp_block_map_insert(&st->live, b);
+    assert(inserted); /* room was reserved before the block was taken */
+    (void)inserted;
+    st->num_allocs++;
+    st->size_class_allocs[gp_stats_bucket(size)]++;
+    size_t allocated = atomic_fetch_add_explicit(&p->allocated, b->size, memory_order_relaxed) + b->size;
+    gp_raise_peak(&p->allocated_peak, allocated);
+    atomic_fetch_add_explicit(&p->requested, size, memory_order_relaxed);
+    atomic_fetch_add_explicit(&p->active_blocks, 1, memory_order_relaxed);
+}
+
+/* The device allocation that will hold a request of `rsize` bytes (rounded). */
+static size_t segment_size_for(const gp_config *cfg, size_t rsize, bool small)
+{
+    if (small)
+        return cfg->small_segment;
+    size_t pages = gp_round_up(rsize, GP_DEVICE_PAGE);
+    if (rsize >= cfg->huge_size || pages >= cfg->large_segment)
+        return pages;
+    return cfg->large_segment;
+}
+
+/* Allocates a new segment of `bytes` on the device for st's heap. Pool lock and st held. */
+static int grow(gp_pool_state *p, gp_stream_state *st, size_t bytes, bool small)
+{
+    gp_segment *seg = calloc(1, sizeof *seg);
+    gp_block *b = gp_block_new(&st->blocks);
+    if (seg == NULL || b == NULL) {
+        free(seg);
+        if (b != NULL)
+            gp_block_recycle(&st->blocks, b);
+        return gp_error_set(GP_ERR_OOM, "out of host memory for segment metadata");
+    }
+    gp_devptr addr = 0;
+    int rc = p->ops->mem_alloc(p->ctx, bytes, &addr);
+    if (rc != GP_OK) {
+        free(seg);
+        gp_block_recycle(&st->blocks, b);
+        return rc;
+    }
+    seg->addr = addr;
+    seg->size = bytes;
+    seg->small = small;
+    seg->serial = p->next_serial++;
+    seg->first = b;
+    seg->owner = st;
+    seg->prev = p->segments_tail;
+    if (p->segments_tail != NULL)
+        p->segments_tail->next = seg;
+    else
+        p->segments_head = seg;
+    p->segments_tail = seg;
+    p->segment_count++;
+    b->addr = addr;
+    b->size = bytes;
+    b->segment = seg;
+    b->state = GP_BLOCK_FREE;
+    gp_heap_insert(gp_heap_of(st, small), b);
+    size_t reserved = atomic_fetch_add(&p->reserved, bytes) + bytes;
+    gp_raise_peak(&p->reserved_peak, reserved);
+    atomic_fetch_add(&p->num_device_allocs, 1);
+    return GP_OK;
+}
+
+/* Fills the thread's message for a request the device cannot hold. */
+static int out_of_memory(gp_pool_state *p, size_t size, gp_stream stream)
+{
+    char req[GP_SIZE_TEXT_MAX], cached[GP_SIZE_TEXT_MAX], dev_free[GP_SIZE_TEXT_MAX], total[GP_SIZE_TEXT_MAX];
+    size_t free_bytes = 0, total_bytes = 0;
+    bool known = p->ops->mem_info(p->ctx, &free_bytes, &total_bytes) == GP_OK;
+    size_t reserved = atomic_load(&p->reserved), allocated = atomic_load(&p->allocated);
+    atomic_fetch_add(&p->num_ooms, 1);
+    gp_format_size(size, req);
+    gp_format_size(reserved - allocated, cached);
+    gp_format_size(p->device_total, total);
+    if (known)
+        gp_format_size(free_bytes, dev_free);
+    return gp_error_set(GP_ERR_OOM,
+                        "out of device memory: requested %s on stream %p, %s cached but fragmented or busy, "
+                        "%s free on the device (%s total)",
+                        req, stream, cached, known ? dev_free : "unknown", total);
+}
+
+/* The slow path: called with no lock held. */
+static int alloc_slow(gp_pool_state *p, gp_stream_state *st, size_t size, size_t rsize, bool small, void **out)
+{
+    gp_heap *heap = gp_heap_of(st, small);
+    pthread_mutex_lock(&p->lock);
+    pthread_mutex_lock(&st->lock);
+    int rc = GP_OK;
+    gp_block *b = NULL;
+    if (!gp_block_map_reserve(&st->live)) {
+        rc = gp_error_set(GP_ERR_OOM, "out of host memory for the block map of stream %p", st->handle);
+        goto done;
+    }
+    gp_pending_collect(p, st, 0);
+    b = gp_heap_take(heap, &st->blocks, rsize);
+    if (b == NULL && gp_steal_segment(p, st, rsize, small, false))
+        b = gp_heap_take(heap, &st->blocks, rsize);
+    if (b == NULL) {
+        size_t bytes = segment_size_for(&p->cfg, rsize, small);
+        rc = grow(p, st, bytes, small);
+        if (rc == GP_ERR_OOM && bytes > gp_round_up(rsize, GP_DEVICE_PAGE)) {
+            bytes = gp_round_up(rsize, GP_DEVICE_PAGE); /* a segment just big enough */
+            rc = grow(p, st, bytes, small);
+        }
+        if (rc == GP_ERR_OOM && p->cfg.steal_wait && gp_steal_segment(p, st, rsize, small, true))
+            rc = GP_OK;
+        if (rc == GP_ERR_OOM) {
+            /* Give wholly free segments back, oldest first, and try once more. */
+            atomic_fetch_add(&p->num_alloc_retries, 1);
+            if (gp_release_free_segments(p, st, bytes, 0, NULL) > 0)
+                rc = grow(p, st, bytes, small);
+        }
+        if (rc == GP_OK)
+            b = gp_heap_take(heap, &st->blocks, rsize);
+        else if (rc == GP_ERR_OOM)
+            rc = out_of_memory(p, size, st->handle);
+    }
+    if (b != NULL) {
+        hand_out(p, st, b, size);
+        *out = (void *)b->addr;
+        rc = GP_OK;
+    } else if (rc == GP_OK) {
+        rc = gp_error_set(GP_ERR_OOM, "out of host memory for block metadata");
+    }
+done:
+    pthread_mutex_unlock(&st->lock);
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+
+GP_API int gp_alloc(gp_pool *pool, void **out, size_t size, gp_stream stream)
+{
+    if (out == NULL)
+        return gp_error_set(GP_ERR_INVALID, "gp_alloc: out is NULL");
+    *out = NULL;
+    gp_pool_state *p = NULL;
+    int rc = gp_pool_enter(pool, "gp_alloc", &p);
+    if (rc != GP_OK)
+        return rc;
+    if (size == 0)
+        return GP_OK;
+    size_t rsize = gp_round_granule(size);
+    if (rsize == 0 || rsize > p->device_total) {
+        char total[GP_SIZE_TEXT_MAX];
+        return gp_error_set(GP_ERR_INVALID, "gp_alloc: %zu bytes on stream %p is more than the device has (%s)",
+                            size, stream, gp_format_size(p->device_total, total));
+    }
+    gp_stream_state *st;
+    rc = gp_pool_stream(p, stream, &st);
+    if (rc != GP_OK)
+        return rc;
+    bool small = rsize <= p->cfg.small_size;
+
+    pthread_mutex_lock(&st->lock);
+    if (atomic_load_explicit(&st->pending_count, memory_order_relaxed) != 0)
+        gp_pending_collect(p, st, p->cfg.pending_scan);
+    gp_block *b = NULL;
+    if (gp_block_map_reserve(&st->live))
+        b = gp_heap_take(gp_heap_of(st, small), &st->blocks, rsize);
+    if (b != NULL) {
+        hand_out(p, st, b, size);
+        *out = (void *)b->addr;
+    }
+    pthread_mutex_unlock(&st->lock);
+    if (b == NULL)
+        rc = alloc_slow(p, st, size, rsize, small, out);
+    if (p->log != NULL)
+        gp_trace_log_event(p->log, rc == GP_OK ? GP_TRACE_ALLOCATE : GP_TRACE_ALLOCATE_FAILURE,
+                           (uintptr_t)*out, size, stream);
+    return rc;
+}

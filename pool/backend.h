@@ -1,0 +1,86 @@
+/*
+ * backend.h — the one narrow interface through which gpupool talks to a device.
+ *
+ * Nothing else in pool/ calls CUDA (or the simulator) directly. A backend is a table of operations
+ * over an opaque context; there is one implementation per file: backend_cuda.c (CUDA runtime) and
+ * backend_sim.c (the simulated GPU of tests and replay). The pool serialises no calls on its own
+ * behalf: every operation must be safe to call from any thread at any time.
+ *
+ * Conventions for every operation:
+ *   - returns GP_OK (0) on success, a negative gp_error code otherwise; on failure it changes nothing
+ *     and sets the thread's message with gp_error_set() saying which device call failed and why;
+ *   - out-parameters are written only on success;
+ *   - handles (gp_event, gp_stream) are opaque to the pool.
+ */
+#ifndef GP_BACKEND_H
+#define GP_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpupool.h"
+
+struct gp_config;
+
+typedef uintptr_t gp_devptr; /* a device address; never dereferenced on the host */
+typedef void *gp_event;      /* cudaEvent_t with the cuda backend */
+
+typedef struct gp_backend_ops {
+    const char *name;
+
+    /* Opens the backend for `device`.
+     * pre: cfg parsed and valid; device >= 0.
+     * post: *ctx is an instance that close() releases; GP_ERR_BACKEND when the backend cannot run
+     * here (no driver, no such device). */
+    int (*open)(const struct gp_config *cfg, int device, void **ctx);
+
+    /* Releases the instance. pre: every allocation freed and every event destroyed by the pool
+     * (the sim records anything still outstanding as a leak). */
+    void (*close)(void *ctx);
+
+    /* Allocates `size` bytes of device memory.
+     * pre: size > 0 and a multiple of 2 MiB (the pool only asks for whole device pages).
+     * post: *out is 512-byte aligned (the sim aligns to 2 MiB); GP_ERR_OOM when the device lacks the
+     * memory, GP_ERR_DEVICE on any other failure. */
+    int (*mem_alloc)(void *ctx, size_t size, gp_devptr *out);
+
+    /* Frees memory returned by mem_alloc. Implicitly waits for all device work that may still use it
+     * (as cudaFree does). pre: ptr/size exactly as allocated. */
+    int (*mem_free)(void *ctx, gp_devptr ptr, size_t size);
+
+    /* Free and total device memory, as cudaMemGetInfo reports them. */
+    int (*mem_info)(void *ctx, size_t *free_bytes, size_t *total_bytes);
+
+    /* Creates an event used only for ordering (no timing). post: *out valid until event_destroy. */
+    int (*event_create)(void *ctx, gp_event *out);
+    int (*event_destroy)(void *ctx, gp_event ev);
+
+    /* Records `ev` on `stream`: it completes once all work queued on stream so far has finished. */
+    int (*event_record)(void *ctx, gp_event ev, gp_stream stream);
+
+    /* GP_OK when the event's last record has completed (or it was never recorded),
+     * GP_ERR_NOT_READY while it has not, another error on failure. Never blocks. */
+    int (*event_query)(void *ctx, gp_event ev);
+
+    /* Blocks the host until the event's last record completes. Not used on the allocation fast path. */
+    int (*event_synchronize)(void *ctx, gp_event ev);
+
+    /* Makes all work queued on `stream` after this call wait for the event's last record. Never blocks
+     * the host. */
+    int (*stream_wait_event)(void *ctx, gp_stream stream, gp_event ev);
+} gp_backend_ops;
+
+/* The backends built into this library. */
+extern const gp_backend_ops gp_backend_sim;
+#ifdef GPUPOOL_WITH_CUDA
+extern const gp_backend_ops gp_backend_cuda;
+#endif
+
+/* Finds a built-in backend by name; NULL (with the thread's message set) when there is none. */
+const gp_backend_ops *gp_backend_find(const char *name);
+
+/* The sim instance behind a sim backend context (backend_sim.c). */
+struct gp_sim;
+struct gp_sim *gp_backend_sim_instance(void *ctx);
+
+#endif /* GP_BACKEND_H */

@@ -1,0 +1,155 @@
+/*
+ * reclaim.c — moving cached memory where it is needed: free segments from one stream to another
+ * (ordered by a fence event), and wholly free segments back to the device (on OOM, and gp_trim).
+ */
+#include <assert.h>
+#include <stdlib.h>
+
+#include "error.h"
+#include "pool_state.h"
+
+/*
+ * True when every use of st's free memory so far is known to be finished: st's fence event, recorded
+ * after the last free into its heap, has completed. Records the fence anew when st freed since.
+ * st locked; *recorded tells the caller that a fence exists to wait on.
+ */
+static bool fence_ready(gp_pool_state *p, gp_stream_state *st, bool *recorded)
+{
+    *recorded = false;
+    if (st->fence == NULL && gp_event_pool_get(&p->events, &st->fence) != GP_OK) {
+        st->fence = NULL;
+        return false;
+    }
+    if (!st->fence_recorded || st->fence_dirty) {
+        if (p->ops->event_record(p->ctx, st->fence, st->handle) != GP_OK)
+            return false;
+        st->fence_recorded = true;
+        st->fence_dirty = false;
+    }
+    *recorded = true;
+    return p->ops->event_query(p->ctx, st->fence) == GP_OK;
+}
+
+bool gp_steal_segment(gp_pool_state *p, gp_stream_state *st, size_t size, bool small, bool wait)
+{
+    /* The smallest wholly free segment of another stream that fits and may be taken. */
+    gp_segment *best = NULL;
+    for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
+        if (seg->owner == st || seg->small != small || seg->size < size)
+            continue;
+        if (best != NULL && seg->size >= best->size)
+            continue;
+        gp_stream_state *owner = seg->owner;
+        pthread_mutex_lock(&owner->lock);
+        bool recorded = false;
+        bool usable = gp_segment_wholly_free(seg) && (fence_ready(p, owner, &recorded) || (wait && recorded));
+        pthread_mutex_unlock(&owner->lock);
+        if (usable)
+            best = seg;
+    }
+    if (best == NULL)
+        return false;
+    gp_stream_state *owner = best->owner;
+    pthread_mutex_lock(&owner->lock);
+    bool moved = false;
+    bool recorded = false;
+    if (gp_segment_wholly_free(best)) {
+        bool ready = fence_ready(p, owner, &recorded);
+        if (!ready && wait && recorded && p->ops->stream_wait_event(p->ctx, st->handle, owner->fence) == GP_OK) {
+            atomic_fetch_add(&p->num_stream_waits, 1);
+            ready = true;
+        }
+        if (ready) {
+            gp_heap_remove(gp_heap_of(owner, small), best->first);
+            best->owner = st;
+            gp_heap_insert(gp_heap_of(st, small), best->first);
+            st->fence_dirty = true;
+            atomic_fetch_add(&p->num_stream_steals, 1);
+            moved = true;
+        }
+    }
+    pthread_mutex_unlock(&owner->lock);
+    return moved;
+}
+
+/* Gives one wholly free segment (owner locked) back to the device; GP_OK or the backend's error. */
+static int release_segment(gp_pool_state *p, gp_segment *seg)
+{
+    gp_stream_state *owner = seg->owner;
+    gp_heap *heap = gp_heap_of(owner, seg->small);
+    gp_heap_remove(heap, seg->first);
+    int rc = p->ops->mem_free(p->ctx, seg->addr, seg->size);
+    if (rc != GP_OK) {
+        gp_heap_insert(heap, seg->first); /* nothing lost: it stays cached */
+        return rc;
+    }
+    if (seg->prev != NULL)
+        seg->prev->next = seg->next;
+    else
+        p->segments_head = seg->next;
+    if (seg->next != NULL)
+        seg->next->prev = seg->prev;
+    else
+        p->segments_tail = seg->prev;
+    p->segment_count--;
+    atomic_fetch_sub(&p->reserved, seg->size);
+    atomic_fetch_add(&p->num_device_frees, 1);
+    gp_block_recycle(&owner->blocks, seg->first);
+    free(seg);
+    return GP_OK;
+}
+
+size_t gp_release_free_segments(gp_pool_state *p, gp_stream_state *locked, size_t want, size_t keep, int *failed)
+{
+    size_t released = 0;
+    if (failed != NULL)
+        *failed = GP_OK;
+    gp_segment *seg = p->segments_head;
+    while (seg != NULL && released < want) {
+        size_t cached = atomic_load(&p->reserved) - atomic_load(&p->allocated);
+        if (cached <= keep)
+            break;
+        gp_segment *next = seg->next;
+        gp_stream_state *owner = seg->owner;
+        if (owner != locked)
+            pthread_mutex_lock(&owner->lock);
+        if (gp_segment_wholly_free(seg)) {
+            size_t size = seg->size;
+            int rc = release_segment(p, seg);
+            if (rc == GP_OK)
+                released += size;
+            else if (failed != NULL && *failed == GP_OK)
+                *failed = rc;
+        }
+        if (owner != locked)
+            pthread_mutex_unlock(&owner->lock);
+        seg = next;
+    }
+    return released;
+}
+
+GP_API int gp_trim(gp_pool *pool, size_t keep_bytes, size_t *released)
+{
+    gp_pool_state *p = NULL;
+    int rc = gp_pool_enter(pool, "gp_trim", &p);
+    if (rc != GP_OK)
+        return rc;
+    pthread_mutex_lock(&p->lock);
+    unsigned count = atomic_load(&p->streams.count);
+    for (unsigned i = 0; i < count; i++) {
+        gp_stream_state *st = p->streams.by_index[i];
+        pthread_mutex_lock(&st->lock);
+        gp_pending_collect(p, st, 0);
+        pthread_mutex_unlock(&st->lock);
+    }
+    int failed = GP_OK;
+    size_t bytes = gp_release_free_segments(p, NULL, SIZE_MAX, keep_bytes, &failed);
+    pthread_mutex_unlock(&p->lock);
+    if (released != NULL)
+        *released = bytes;
+    if (failed != GP_OK) {
+        gp_error_append(" (gp_trim: released %zu bytes; the segment whose release failed stays cached)", bytes);
+        return failed;
+    }
+    return GP_OK;
+}

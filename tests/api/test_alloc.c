@@ -1,0 +1,249 @@
+/*
+ * test_alloc.c — allocation behaviour through the public API on the sim: caching (no device calls on
+ * the fast path), packing of small requests, own segments for huge ones, OOM release and retry, trim,
+ * stats and their JSON, and destroy's leak report checked against the sim's own ledger.
+ */
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpupool.h"
+#include "gpupool_sim.h"
+
+#define MIB ((size_t)1 << 20)
+
+static gp_pool *pool;
+static gp_sim *sim;
+
+static void setup(void)
+{
+    unsetenv("GPUPOOL_CONF");
+    cr_assert_eq(gp_pool_create(&pool, 0, "sim", "device_memory:1GiB"), GP_OK, "%s", gp_last_error());
+    sim = gp_sim_of(pool);
+    cr_assert_not_null(sim);
+    gp_sim_retain(sim);
+}
+
+static void teardown(void)
+{
+    if (pool != NULL)
+        gp_pool_destroy(pool, NULL);
+    gp_sim_release(sim);
+}
+
+static gp_stats stats_now(void)
+{
+    gp_stats s = {.size = sizeof s, .version = GP_STATS_VERSION};
+    cr_assert_eq(gp_get_stats(pool, &s), GP_OK, "%s", gp_last_error());
+    return s;
+}
+
+static uint64_t device_calls(void)
+{
+    return gp_sim_calls(sim, GP_SIM_CALL_ALL);
+}
+
+TestSuite(alloc, .init = setup, .fini = teardown);
+
+Test(alloc, cached_size_on_the_same_stream_makes_no_device_call)
+{
+    void *p;
+    cr_assert_eq(gp_alloc(pool, &p, 3000, NULL), GP_OK);
+    cr_assert_eq(gp_free(pool, p, NULL), GP_OK);
+    uint64_t calls = device_calls();
+    for (int i = 0; i < 1000; i++) {
+        void *q;
+        cr_assert_eq(gp_alloc(pool, &q, 3000, NULL), GP_OK);
+        cr_assert_eq(q, p, "a block freed on a stream is reused at once on it");
+        cr_assert_eq(gp_free(pool, q, NULL), GP_OK);
+    }
+    cr_assert_eq(device_calls(), calls, "the fast path made device calls");
+}
+
+Test(alloc, pointers_are_aligned_and_disjoint_and_usable_by_kernels)
+{
+    enum { N = 200 };
+    void *p[N];
+    size_t size[N];
+    gp_stream s = gp_sim_stream_create(sim);
+    for (int i = 0; i < N; i++) {
+        size[i] = 1 + (size_t)(i * 7919) % (3 * MIB);
+        cr_assert_eq(gp_alloc(pool, &p[i], size[i], s), GP_OK, "%s", gp_last_error());
+        cr_assert_eq((uintptr_t)p[i] % 512, 0);
+        cr_assert_eq(gp_sim_launch(sim, s, p[i], size[i], GP_SIM_WRITE, (uint64_t)i, 100), GP_OK, "%s",
+                     gp_sim_first_violation(sim));
+    }
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(gp_sim_launch(sim, s, p[i], size[i], GP_SIM_CHECK, (uint64_t)i, 100), GP_OK);
+    gp_sim_synchronize(sim);
+    gp_sim_report r;
+    gp_sim_get_report(sim, &r);
+    cr_assert_eq(r.pattern_mismatches, 0, "%s", gp_sim_first_violation(sim));
+    cr_assert_eq(r.races, 0, "%s", gp_sim_first_violation(sim));
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(gp_free(pool, p[i], s), GP_OK);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+}
+
+Test(alloc, small_requests_share_a_2MiB_segment)
+{
+    void *p[64];
+    for (int i = 0; i < 64; i++)
+        cr_assert_eq(gp_alloc(pool, &p[i], 16 * 1024, NULL), GP_OK);
+    gp_stats s = stats_now();
+    cr_assert_eq(s.num_device_allocs, 1, "64 x 16 KiB fit one 2 MiB segment");
+    cr_assert_eq(s.reserved_bytes, 2 * MIB);
+    cr_assert_eq(s.allocated_bytes, 64 * 16 * 1024);
+    for (int i = 0; i < 64; i++)
+        cr_assert_eq(gp_free(pool, p[i], NULL), GP_OK);
+}
+
+Test(alloc, rounding_to_512_bytes_only)
+{
+    void *p;
+    cr_assert_eq(gp_alloc(pool, &p, 1000, NULL), GP_OK);
+    gp_stats s = stats_now();
+    cr_assert_eq(s.allocated_bytes, 1024);
+    cr_assert_eq(s.requested_bytes, 1000);
+    cr_assert_eq(gp_free(pool, p, NULL), GP_OK);
+    cr_assert_eq(gp_alloc(pool, &p, 5 * MIB + 1, NULL), GP_OK);
+    s = stats_now();
+    cr_assert_eq(s.allocated_bytes, 5 * MIB + 512, "a large request consumes its size rounded to 512 B");
+    cr_assert_eq(s.reserved_bytes, 2 * MIB + 20 * MIB, "a 2 MiB small segment and a 20 MiB large one");
+    cr_assert_eq(gp_free(pool, p, NULL), GP_OK);
+}
+
+Test(alloc, huge_requests_get_their_own_segment)
+{
+    void *p;
+    cr_assert_eq(gp_alloc(pool, &p, 33 * MIB, NULL), GP_OK);
+    gp_stats s = stats_now();
+    cr_assert_eq(s.reserved_bytes, 34 * MIB, "rounded up to whole 2 MiB pages");
+    gp_sim_report r;
+    gp_sim_get_report(sim, &r);
+    cr_assert_eq(r.allocated_bytes, 34 * MIB, "the sim's ledger agrees");
+    cr_assert_eq(gp_free(pool, p, NULL), GP_OK);
+}
+
+Test(alloc, freed_neighbours_coalesce_into_a_larger_block)
+{
+    void *a, *b, *c;
+    cr_assert_eq(gp_alloc(pool, &a, 6 * MIB, NULL), GP_OK);
+    cr_assert_eq(gp_alloc(pool, &b, 6 * MIB, NULL), GP_OK);
+    cr_assert_eq(gp_alloc(pool, &c, 6 * MIB, NULL), GP_OK);
+    cr_assert_eq(stats_now().num_device_allocs, 1);
+    cr_assert_eq(gp_free(pool, a, NULL), GP_OK);
+    cr_assert_eq(gp_free(pool, b, NULL), GP_OK);
+    void *d;
+    cr_assert_eq(gp_alloc(pool, &d, 12 * MIB - 4096, NULL), GP_OK);
+    cr_assert_eq(d, a, "the two freed neighbours serve one larger request");
+    cr_assert_eq(stats_now().num_device_allocs, 1);
+    cr_assert_eq(gp_free(pool, c, NULL), GP_OK);
+    cr_assert_eq(gp_free(pool, d, NULL), GP_OK);
+}
+
+Test(alloc, device_oom_releases_free_segments_and_retries)
+{
+    void *big[4];
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(gp_alloc(pool, &big[i], 200 * MIB, NULL), GP_OK, "%s", gp_last_error());
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(gp_free(pool, big[i], NULL), GP_OK);
+    /* 800 MiB cached in 200 MiB pieces; 500 MiB fits none of them and not the device's free 224 MiB */
+    void *p;
+    cr_assert_eq(gp_alloc(pool, &p, 500 * MIB, NULL), GP_OK, "%s", gp_last_error());
+    gp_stats s = stats_now();
+    cr_assert_eq(s.num_alloc_retries, 1);
+    cr_assert(s.num_device_frees >= 2, "free segments were given back (%llu)", (unsigned long long)s.num_device_frees);
+    cr_assert_eq(s.num_ooms, 0);
+    cr_assert_eq(gp_free(pool, p, NULL), GP_OK);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+}
+
+Test(alloc, trim_keeps_at_most_the_given_bytes)
+{
+    void *p[8];
+    for (int i = 0; i < 8; i++)
+        cr_assert_eq(gp_alloc(pool, &p[i], 16 * MIB, NULL), GP_OK);
+    for (int i = 0; i < 8; i++)
+        cr_assert_eq(gp_free(pool, p[i], NULL), GP_OK);
+    gp_stats before = stats_now();
+    size_t released = 0;
+    cr_assert_eq(gp_trim(pool, 40 * MIB, &released), GP_OK, "%s", gp_last_error());
+    gp_stats after = stats_now();
+    cr_assert(after.cached_bytes <= 40 * MIB, "cached %llu", (unsigned long long)after.cached_bytes);
+    cr_assert_eq(before.reserved_bytes - after.reserved_bytes, released);
+    cr_assert_eq(gp_trim(pool, 0, &released), GP_OK);
+    cr_assert_eq(stats_now().reserved_bytes, 0);
+    gp_sim_report r;
+    gp_sim_get_report(sim, &r);
+    cr_assert_eq(r.allocated_bytes, 0, "the sim holds nothing after trim(0)");
+}
+
+Test(alloc, trim_never_releases_live_memory)
+{
+    void *p;
+    cr_assert_eq(gp_alloc(pool, &p, 1000, NULL), GP_OK);
+    size_t released = 1;
+    cr_assert_eq(gp_trim(pool, 0, &released), GP_OK);
+    cr_assert_eq(released, 0, "the only segment holds a live block");
+    cr_assert_eq(stats_now().reserved_bytes, 2 * MIB);
+    cr_assert_eq(gp_free(pool, p, NULL), GP_OK);
+}
+
+Test(alloc, peaks_and_json)
+{
+    void *a, *b;
+    cr_assert_eq(gp_alloc(pool, &a, 4 * MIB, NULL), GP_OK);
+    cr_assert_eq(gp_alloc(pool, &b, 4 * MIB, NULL), GP_OK);
+    cr_assert_eq(gp_free(pool, a, NULL), GP_OK);
+    cr_assert_eq(gp_free(pool, b, NULL), GP_OK);
+    gp_stats s = stats_now();
+    cr_assert_eq(s.allocated_bytes, 0);
+    cr_assert_eq(s.allocated_bytes_peak, 8 * MIB);
+    cr_assert_eq(s.reserved_bytes_peak, 20 * MIB);
+    cr_assert_eq(s.allocated_bytes + s.cached_bytes, s.reserved_bytes);
+    cr_assert_eq(s.num_allocs, 2);
+    cr_assert_eq(s.num_frees, 2);
+    cr_assert_eq(s.size_class_allocs[14], 2, "4 MiB requests are counted in bucket 14, [4 MiB, 8 MiB)");
+    char json[4096];
+    size_t needed;
+    cr_assert_eq(gp_stats_json(pool, json, sizeof json, &needed), GP_OK);
+    cr_assert(needed < sizeof json);
+    cr_assert(strstr(json, "\"allocated_bytes_peak\":8388608") != NULL, "%s", json);
+    cr_assert(strstr(json, "\"reserved_bytes\":20971520") != NULL, "%s", json);
+    cr_assert(strstr(json, "\"num_ooms\":0") != NULL, "%s", json);
+    cr_assert_eq(json[0], '{');
+    cr_assert_eq(json[needed - 1], '}');
+}
+
+static void collect(void *opaque, const char *text)
+{
+    strncat((char *)opaque, text, 4095 - strlen((char *)opaque));
+}
+
+Test(alloc, printed_stats)
+{
+    char out[4096] = "";
+    cr_assert_eq(gp_stats_print(pool, collect, out), GP_OK);
+    cr_assert(strstr(out, "reserved") != NULL && strstr(out, "backend sim") != NULL, "%s", out);
+}
+
+Test(alloc, destroy_reports_live_blocks_and_returns_every_byte)
+{
+    void *p, *q;
+    cr_assert_eq(gp_alloc(pool, &p, 5000, NULL), GP_OK);
+    cr_assert_eq(gp_alloc(pool, &q, 50 * MIB, NULL), GP_OK);
+    gp_leak_report report;
+    cr_assert_eq(gp_pool_destroy(pool, &report), GP_OK);
+    pool = NULL;
+    cr_assert_eq(report.live_blocks, 2);
+    cr_assert_eq(report.live_bytes, 5120 + 50 * MIB);
+    cr_assert(strstr(gp_last_error(), "2 blocks") != NULL, "%s", gp_last_error());
+    gp_sim_report r;
+    gp_sim_get_report(sim, &r);
+    cr_assert(r.closed);
+    cr_assert_eq(r.leaked_bytes_at_close, 0, "destroy gave every byte back");
+    cr_assert_eq(r.leaked_events_at_close, 0);
+}

@@ -1,0 +1,93 @@
+/*
+ * test_config.c — the "key:value,key:value" parser: units, errors that name what and why, and
+ * all-or-nothing application.
+ */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "config.h"
+#include "error.h"
+
+Test(config, sizes_with_units)
+{
+    size_t v;
+    cr_assert(gp_parse_size("512", &v) && v == 512);
+    cr_assert(gp_parse_size("4KiB", &v) && v == 4096);
+    cr_assert(gp_parse_size("2M", &v) && v == 2u << 20);
+    cr_assert(gp_parse_size("1.5GiB", &v) && v == 3ull << 29);
+    cr_assert(gp_parse_size("80gb", &v) && v == 80ull << 30);
+    cr_assert(!gp_parse_size("", &v));
+    cr_assert(!gp_parse_size("-1", &v));
+    cr_assert(!gp_parse_size("12 parsecs", &v));
+    cr_assert(!gp_parse_size("0.3B", &v), "a fraction of a byte");
+    cr_assert(!gp_parse_size("99999999999TiB", &v), "overflow");
+}
+
+Test(config, defaults_are_valid)
+{
+    gp_config cfg;
+    gp_config_defaults(&cfg);
+    cr_assert_eq(gp_config_validate(&cfg), GP_OK, "%s", gp_last_error());
+    cr_assert_str_eq(cfg.backend, "cuda");
+    cr_assert_eq(cfg.small_segment, 2u << 20);
+    cr_assert_eq(cfg.device_memory, 80ull << 30);
+}
+
+Test(config, applies_keys)
+{
+    gp_config cfg;
+    gp_config_defaults(&cfg);
+    cr_assert_eq(gp_config_apply(&cfg, " backend:sim , device_memory:1GiB,steal_wait:off,log:/tmp/x.csv,", "config"),
+                 GP_OK, "%s", gp_last_error());
+    cr_assert_str_eq(cfg.backend, "sim");
+    cr_assert_eq(cfg.device_memory, 1u << 30);
+    cr_assert(!cfg.steal_wait);
+    cr_assert_str_eq(cfg.log_path, "/tmp/x.csv");
+}
+
+Test(config, unknown_key_is_an_error_that_changes_nothing)
+{
+    gp_config cfg, before;
+    gp_config_defaults(&cfg);
+    before = cfg;
+    cr_assert_eq(gp_config_apply(&cfg, "device_memory:1GiB,expandable_segments:true", "GPUPOOL_CONF"), GP_ERR_CONFIG);
+    cr_assert(strstr(gp_last_error(), "expandable_segments") != NULL, "%s", gp_last_error());
+    cr_assert(strstr(gp_last_error(), "GPUPOOL_CONF") != NULL, "%s", gp_last_error());
+    cr_assert(memcmp(&cfg, &before, sizeof cfg) == 0, "a failed apply changed the configuration");
+}
+
+Test(config, bad_values_are_errors)
+{
+    gp_config cfg;
+    gp_config_defaults(&cfg);
+    cr_assert_eq(gp_config_apply(&cfg, "small_size:lots", "config"), GP_ERR_CONFIG);
+    cr_assert(strstr(gp_last_error(), "lots") != NULL && strstr(gp_last_error(), "small_size") != NULL);
+    cr_assert_eq(gp_config_apply(&cfg, "max_streams:-3", "config"), GP_ERR_CONFIG);
+    cr_assert_eq(gp_config_apply(&cfg, "steal_wait:maybe", "config"), GP_ERR_CONFIG);
+    cr_assert_eq(gp_config_apply(&cfg, "novalue", "config"), GP_ERR_CONFIG);
+    cr_assert(strstr(gp_last_error(), "key:value") != NULL);
+}
+
+Test(config, validation_of_relations)
+{
+    gp_config cfg;
+    gp_config_defaults(&cfg);
+    cfg.small_segment = 3u << 20;
+    cr_assert_eq(gp_config_validate(&cfg), GP_ERR_CONFIG);
+    cr_assert(strstr(gp_last_error(), "small_segment") != NULL);
+    gp_config_defaults(&cfg);
+    cfg.huge_size = cfg.small_size;
+    cr_assert_eq(gp_config_validate(&cfg), GP_ERR_CONFIG);
+    gp_config_defaults(&cfg);
+    strcpy(cfg.backend, "opencl");
+    cr_assert_eq(gp_config_validate(&cfg), GP_ERR_CONFIG);
+}
+
+Test(config, help_lists_every_key)
+{
+    const char *help = gp_config_help_text();
+    const char *names[] = {"backend", "device_memory", "small_size", "small_segment", "large_segment",
+                           "huge_size", "max_streams", "pending_scan", "steal_wait", "log"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        cr_assert(strstr(help, names[i]) != NULL, "help lacks %s", names[i]);
+}
