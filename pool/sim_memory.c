@@ -1,0 +1,313 @@
+/*
+ * sim_memory.c — the simulated device's memory.
+ *
+ * One host mapping of `capacity` bytes, 2 MiB aligned, mapped PROT_NONE with MAP_NORESERVE: the host
+ * can never touch it, so a pool that dereferences a device pointer crashes at once. Only simulated
+ * kernels open a (page-rounded) range PROT_READ|PROT_WRITE while their effect is applied.
+ *
+ * Allocation is first fit over a bitmap of 2 MiB pages (80 GiB is 40960 bits). The ledger lists the
+ * live allocations sorted by address; frees are checked against it. A free drops the contents
+ * (MADV_DONTNEED), so memory read after free-and-reallocate reads zeros, not stale data.
+ *
+ * Patterns: WRITE stores, at byte offset o from the start of its range, byte (o % 8) of the 64-bit word
+ * pattern_word(seed, o / 8); CHECK recomputes it. A CHECK must therefore use the WRITE's range start.
+ */
+#define _GNU_SOURCE
+#include "sim_internal.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "error.h"
+#include "format.h"
+
+static size_t round_up(size_t value, size_t granule)
+{
+    return (value + granule - 1) / granule * granule;
+}
+
+/* ---- mapping ---------------------------------------------------------------------------------- */
+
+int gpsim_memory_map(gpsim_memory *mem, size_t requested_capacity)
+{
+    memset(mem, 0, sizeof *mem);
+    if (requested_capacity == 0)
+        return gp_error_set(GP_ERR_BACKEND, "sim: device_memory is 0; the simulated device needs a capacity");
+    if (requested_capacity > SIZE_MAX / 2)
+        return gp_error_set(GP_ERR_BACKEND, "sim: device_memory %zu is too large", requested_capacity);
+
+    size_t capacity = round_up(requested_capacity, GPSIM_PAGE_SIZE);
+    size_t mapped = capacity + GPSIM_PAGE_SIZE; /* over-map, then trim to a 2 MiB aligned range */
+    void *raw = mmap(NULL, mapped, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (raw == MAP_FAILED) {
+        char text[GP_SIZE_TEXT_MAX];
+        return gp_error_set(GP_ERR_BACKEND, "sim: cannot map %s of simulated device memory: %s",
+                            gp_format_size(capacity, text), strerror(errno));
+    }
+    uintptr_t start = (uintptr_t)raw;
+    uintptr_t aligned = round_up(start, GPSIM_PAGE_SIZE);
+    size_t head = aligned - start;
+    size_t tail = mapped - head - capacity;
+    if (head > 0)
+        munmap(raw, head);
+    if (tail > 0)
+        munmap((void *)(aligned + capacity), tail);
+
+    size_t page_count = capacity / GPSIM_PAGE_SIZE;
+    uint64_t *page_used = calloc((page_count + 63) / 64, sizeof *page_used);
+    if (page_used == NULL) {
+        munmap((void *)aligned, capacity);
+        return gp_error_set(GP_ERR_BACKEND, "sim: host out of memory for the page bitmap");
+    }
+    long host_page = sysconf(_SC_PAGESIZE);
+
+    mem->base = (unsigned char *)aligned;
+    mem->capacity = capacity;
+    mem->page_count = page_count;
+    mem->page_used = page_used;
+    mem->host_page_size = host_page > 0 ? (size_t)host_page : 4096;
+    return GP_OK;
+}
+
+void gpsim_memory_unmap(gpsim_memory *mem)
+{
+    if (mem->base != NULL)
+        munmap(mem->base, mem->capacity);
+    free(mem->page_used);
+    free(mem->ledger);
+    memset(mem, 0, sizeof *mem);
+}
+
+/* ---- page bitmap ------------------------------------------------------------------------------ */
+
+static bool page_is_used(const gpsim_memory *mem, size_t page)
+{
+    return (mem->page_used[page / 64] >> (page % 64)) & 1u;
+}
+
+static void pages_set(gpsim_memory *mem, size_t first, size_t count, bool used)
+{
+    for (size_t p = first; p < first + count; p++) {
+        assert(page_is_used(mem, p) != used);
+        if (used)
+            mem->page_used[p / 64] |= (uint64_t)1 << (p % 64);
+        else
+            mem->page_used[p / 64] &= ~((uint64_t)1 << (p % 64));
+    }
+}
+
+/* First fit: the lowest run of `count` free pages. */
+static bool pages_find_run(const gpsim_memory *mem, size_t count, size_t *first)
+{
+    size_t run_start = 0, run_len = 0;
+    size_t p = 0;
+    while (p < mem->page_count) {
+        if (p % 64 == 0 && mem->page_used[p / 64] == UINT64_MAX) { /* skip full words */
+            run_len = 0;
+            p += 64;
+            continue;
+        }
+        if (page_is_used(mem, p)) {
+            run_len = 0;
+        } else {
+            if (run_len == 0)
+                run_start = p;
+            if (++run_len == count) {
+                *first = run_start;
+                return true;
+            }
+        }
+        p++;
+    }
+    return false;
+}
+
+/* ---- ledger ----------------------------------------------------------------------------------- */
+
+/* Index of the last allocation whose addr <= addr, or ledger_count when there is none. */
+static size_t ledger_at_or_below(const gpsim_memory *mem, gp_devptr addr)
+{
+    size_t lo = 0, hi = mem->ledger_count; /* answer in [lo, hi) is the first with addr > addr */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (mem->ledger[mid].addr <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo == 0 ? mem->ledger_count : lo - 1;
+}
+
+int gpsim_memory_alloc(gpsim_memory *mem, size_t size, gp_devptr *out)
+{
+    assert(size > 0 && size % GPSIM_PAGE_SIZE == 0);
+    size_t pages = size / GPSIM_PAGE_SIZE;
+    size_t first = 0;
+    if (pages > mem->page_count || !pages_find_run(mem, pages, &first)) {
+        char want[GP_SIZE_TEXT_MAX], avail[GP_SIZE_TEXT_MAX], total[GP_SIZE_TEXT_MAX];
+        size_t free_bytes = mem->capacity - mem->allocated_bytes;
+        return gp_error_set(GP_ERR_OOM, "sim: out of device memory: requested %s, %s free of %s%s",
+                            gp_format_size(size, want), gp_format_size(free_bytes, avail),
+                            gp_format_size(mem->capacity, total),
+                            free_bytes >= size ? " (no contiguous range)" : "");
+    }
+    if (mem->ledger_count == mem->ledger_capacity) {
+        size_t capacity = mem->ledger_capacity ? mem->ledger_capacity * 2 : 64;
+        gpsim_allocation *grown = realloc(mem->ledger, capacity * sizeof *grown);
+        if (grown == NULL)
+            return gp_error_set(GP_ERR_DEVICE, "sim: host out of memory for the allocation ledger");
+        mem->ledger = grown;
+        mem->ledger_capacity = capacity;
+    }
+    gp_devptr addr = (gp_devptr)(mem->base + first * GPSIM_PAGE_SIZE);
+    size_t below = ledger_at_or_below(mem, addr);
+    size_t slot = below == mem->ledger_count ? 0 : below + 1;
+    memmove(&mem->ledger[slot + 1], &mem->ledger[slot], (mem->ledger_count - slot) * sizeof mem->ledger[0]);
+    mem->ledger[slot] = (gpsim_allocation){.addr = addr, .size = size};
+    mem->ledger_count++;
+    pages_set(mem, first, pages, true);
+    mem->allocated_bytes += size;
+    if (mem->allocated_bytes > mem->allocated_peak)
+        mem->allocated_peak = mem->allocated_bytes;
+    *out = addr;
+    gpsim_memory_assert_invariants(mem);
+    return GP_OK;
+}
+
+bool gpsim_memory_is_allocation(const gpsim_memory *mem, gp_devptr addr, size_t size)
+{
+    size_t i = ledger_at_or_below(mem, addr);
+    return i < mem->ledger_count && mem->ledger[i].addr == addr && mem->ledger[i].size == size;
+}
+
+void gpsim_memory_free(gpsim_memory *mem, gp_devptr addr, size_t size)
+{
+    assert(gpsim_memory_is_allocation(mem, addr, size));
+    size_t i = ledger_at_or_below(mem, addr);
+    if (madvise((void *)addr, size, MADV_DONTNEED) != 0) {
+        fprintf(stderr, "gpupool sim: madvise(DONTNEED) failed: %s\n", strerror(errno));
+        abort();
+    }
+    pages_set(mem, (size_t)((unsigned char *)addr - mem->base) / GPSIM_PAGE_SIZE, size / GPSIM_PAGE_SIZE, false);
+    memmove(&mem->ledger[i], &mem->ledger[i + 1], (mem->ledger_count - i - 1) * sizeof mem->ledger[0]);
+    mem->ledger_count--;
+    mem->allocated_bytes -= size;
+    gpsim_memory_assert_invariants(mem);
+}
+
+bool gpsim_memory_contains(const gpsim_memory *mem, gp_devptr addr, size_t len)
+{
+    size_t i = ledger_at_or_below(mem, addr);
+    if (i == mem->ledger_count || len == 0)
+        return false;
+    const gpsim_allocation *a = &mem->ledger[i];
+    return addr - a->addr < a->size && len <= a->size - (addr - a->addr);
+}
+
+void gpsim_memory_assert_invariants(const gpsim_memory *mem)
+{
+#ifndef NDEBUG
+    size_t ledger_bytes = 0;
+    for (size_t i = 0; i < mem->ledger_count; i++) {
+        const gpsim_allocation *a = &mem->ledger[i];
+        assert(a->size > 0 && a->size % GPSIM_PAGE_SIZE == 0);
+        assert(a->addr >= (gp_devptr)mem->base && a->addr + a->size <= (gp_devptr)mem->base + mem->capacity);
+        assert(i == 0 || mem->ledger[i - 1].addr + mem->ledger[i - 1].size <= a->addr);
+        ledger_bytes += a->size;
+    }
+    size_t used_pages = 0;
+    for (size_t w = 0; w < (mem->page_count + 63) / 64; w++)
+        used_pages += (size_t)__builtin_popcountll(mem->page_used[w]);
+    assert(ledger_bytes == mem->allocated_bytes);
+    assert(used_pages * GPSIM_PAGE_SIZE == mem->allocated_bytes);
+    assert(mem->allocated_bytes <= mem->allocated_peak && mem->allocated_peak <= mem->capacity);
+#else
+    (void)mem;
+#endif
+}
+
+/* ---- kernel effects --------------------------------------------------------------------------- */
+
+static uint64_t splitmix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static uint64_t pattern_word(uint64_t seed, uint64_t word_index)
+{
+    return splitmix64(splitmix64(seed) ^ word_index);
+}
+
+/* Opens [addr, addr+len) (rounded out to host pages, which stay inside the 2 MiB granule) with `prot`. */
+static void protect(gpsim_memory *mem, gp_devptr addr, size_t len, int prot)
+{
+    uintptr_t first = addr / mem->host_page_size * mem->host_page_size;
+    uintptr_t end = round_up(addr + len, mem->host_page_size);
+    assert(first >= (uintptr_t)mem->base && end <= (uintptr_t)mem->base + mem->capacity);
+    if (mprotect((void *)first, end - first, prot) != 0) {
+        fprintf(stderr, "gpupool sim: mprotect of simulated device memory failed: %s\n", strerror(errno));
+        abort();
+    }
+}
+
+void gpsim_memory_write_pattern(gpsim_memory *mem, gp_devptr addr, size_t len, uint64_t seed)
+{
+    assert(gpsim_memory_contains(mem, addr, len));
+    protect(mem, addr, len, PROT_READ | PROT_WRITE);
+    unsigned char *bytes = (unsigned char *)addr;
+    size_t words = len / 8;
+    for (size_t w = 0; w < words; w++) {
+        uint64_t value = pattern_word(seed, w);
+        memcpy(bytes + w * 8, &value, 8);
+    }
+    if (len % 8 != 0) {
+        uint64_t value = pattern_word(seed, words);
+        memcpy(bytes + words * 8, &value, len % 8);
+    }
+    protect(mem, addr, len, PROT_NONE);
+}
+
+bool gpsim_memory_check_pattern(gpsim_memory *mem, gp_devptr addr, size_t len, uint64_t seed,
+                                size_t *first_bad)
+{
+    assert(gpsim_memory_contains(mem, addr, len));
+    protect(mem, addr, len, PROT_READ);
+    const unsigned char *bytes = (const unsigned char *)addr;
+    bool ok = true;
+    for (size_t w = 0; w * 8 < len && ok; w++) {
+        uint64_t value = pattern_word(seed, w);
+        size_t n = len - w * 8 < 8 ? len - w * 8 : 8;
+        if (memcmp(bytes + w * 8, &value, n) != 0) {
+            const unsigned char *expected = (const unsigned char *)&value;
+            size_t b = 0;
+            while (bytes[w * 8 + b] == expected[b])
+                b++;
+            *first_bad = w * 8 + b;
+            ok = false;
+        }
+    }
+    protect(mem, addr, len, PROT_NONE);
+    return ok;
+}
+
+void gpsim_memory_read(gpsim_memory *mem, gp_devptr addr, size_t len)
+{
+    assert(gpsim_memory_contains(mem, addr, len));
+    protect(mem, addr, len, PROT_READ);
+    /* Touch the first byte and one byte per host page: enough to fault on memory that is not open. */
+    const volatile unsigned char *bytes = (const volatile unsigned char *)addr;
+    unsigned char sink = bytes[0];
+    for (size_t off = mem->host_page_size - addr % mem->host_page_size; off < len; off += mem->host_page_size)
+        sink ^= bytes[off];
+    sink ^= bytes[len - 1];
+    (void)sink;
+    protect(mem, addr, len, PROT_NONE);
+}
