@@ -23,8 +23,7 @@ static void hand_out(gp_pool_state *p, gp_stream_state *st, gp_block *b, size_t 
     st->size_class_allocs[gp_stats_bucket(size)]++;
     size_t allocated = atomic_fetch_add_explicit(&p->allocated, b->size, memory_order_relaxed) + b->size;
     gp_raise_peak(&p->allocated_peak, allocated);
-    atomic_fetch_add_explicit(&p->requested, size, memory_order_relaxed);
-    atomic_fetch_add_explicit(&p->active_blocks, 1, memory_order_relaxed);
+    st->requested_bytes += size;
 }
 
 /* The device allocation that will hold a request of `rsize` bytes (rounded). */
@@ -38,22 +37,22 @@ static size_t segment_size_for(const gp_config *cfg, size_t rsize, bool small)
     return cfg->large_segment;
 }
 
-/* Allocates a new segment of `bytes` on the device for st's heap. Pool lock and st held. */
-static int grow(gp_pool_state *p, gp_stream_state *st, size_t bytes, bool small)
+/* Allocates a new segment of `bytes` on the device for st, returned with its single FREE block on no
+ * list (the caller adopts it). Pool lock held, no stream lock. */
+static int grow(gp_pool_state *p, gp_stream_state *st, size_t bytes, bool small, gp_segment **out)
 {
     gp_segment *seg = calloc(1, sizeof *seg);
-    gp_block *b = gp_block_new(&st->blocks);
+    gp_block *b = calloc(1, sizeof *b);
     if (seg == NULL || b == NULL) {
         free(seg);
-        if (b != NULL)
-            gp_block_recycle(&st->blocks, b);
+        free(b);
         return gp_error_set(GP_ERR_OOM, "out of host memory for segment metadata");
     }
     gp_devptr addr = 0;
     int rc = p->ops->mem_alloc(p->ctx, bytes, &addr);
     if (rc != GP_OK) {
         free(seg);
-        gp_block_recycle(&st->blocks, b);
+        free(b);
         return rc;
     }
     seg->addr = addr;
@@ -73,11 +72,35 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t bytes, bool small)
     b->size = bytes;
     b->segment = seg;
     b->state = GP_BLOCK_FREE;
-    gp_heap_insert(gp_heap_of(st, small), b);
     size_t reserved = atomic_fetch_add(&p->reserved, bytes) + bytes;
     gp_raise_peak(&p->reserved_peak, reserved);
     atomic_fetch_add(&p->num_device_allocs, 1);
+    *out = seg;
     return GP_OK;
+}
+
+/*
+ * Under st's lock: puts `seg` (NULL, or a segment in transit to st from grow or a steal) into st's
+ * heap, returns completed pending frees to it, and takes the request from it. NULL when nothing fits
+ * (or host memory for metadata is out). Pool lock held.
+ */
+static gp_block *adopt_and_take(gp_pool_state *p, gp_stream_state *st, gp_segment *seg, bool small, size_t rsize,
+                                size_t size)
+{
+    gp_heap *heap = gp_heap_of(st, small);
+    pthread_mutex_lock(&st->lock);
+    if (seg != NULL) {
+        assert(seg->owner == st && seg->small == small);
+        gp_heap_insert(heap, seg->first);
+    }
+    gp_pending_collect(p, st, 0);
+    gp_block *b = NULL;
+    if (gp_block_map_reserve(&st->live))
+        b = gp_heap_take(heap, &st->blocks, rsize);
+    if (b != NULL)
+        hand_out(p, st, b, size);
+    pthread_mutex_unlock(&st->lock);
+    return b;
 }
 
 /* Fills the thread's message for a request the device cannot hold. */
@@ -102,48 +125,38 @@ static int out_of_memory(gp_pool_state *p, size_t size, gp_stream stream)
 /* The slow path: called with no lock held. */
 static int alloc_slow(gp_pool_state *p, gp_stream_state *st, size_t size, size_t rsize, bool small, void **out)
 {
-    gp_heap *heap = gp_heap_of(st, small);
     pthread_mutex_lock(&p->lock);
-    pthread_mutex_lock(&st->lock);
     int rc = GP_OK;
-    gp_block *b = NULL;
-    if (!gp_block_map_reserve(&st->live)) {
-        rc = gp_error_set(GP_ERR_OOM, "out of host memory for the block map of stream %p", st->handle);
-        goto done;
-    }
-    gp_pending_collect(p, st, 0);
-    b = gp_heap_take(heap, &st->blocks, rsize);
-    if (b == NULL && gp_steal_segment(p, st, rsize, small, false))
-        b = gp_heap_take(heap, &st->blocks, rsize);
+    gp_block *b = adopt_and_take(p, st, NULL, small, rsize, size);
+    gp_segment *seg = NULL;
+    if (b == NULL && (seg = gp_steal_segment(p, st, rsize, small, false)) != NULL)
+        b = adopt_and_take(p, st, seg, small, rsize, size);
     if (b == NULL) {
         size_t bytes = segment_size_for(&p->cfg, rsize, small);
-        rc = grow(p, st, bytes, small);
-        if (rc == GP_ERR_OOM && bytes > gp_round_up(rsize, GP_DEVICE_PAGE)) {
-            bytes = gp_round_up(rsize, GP_DEVICE_PAGE); /* a segment just big enough */
-            rc = grow(p, st, bytes, small);
+        size_t just_enough = gp_round_up(rsize, GP_DEVICE_PAGE);
+        rc = grow(p, st, bytes, small, &seg);
+        if (rc == GP_ERR_OOM && bytes > just_enough) {
+            bytes = just_enough;
+            rc = grow(p, st, bytes, small, &seg);
         }
-        if (rc == GP_ERR_OOM && p->cfg.steal_wait && gp_steal_segment(p, st, rsize, small, true))
+        if (rc == GP_ERR_OOM && p->cfg.steal_wait && (seg = gp_steal_segment(p, st, rsize, small, true)) != NULL)
             rc = GP_OK;
         if (rc == GP_ERR_OOM) {
             /* Give wholly free segments back, oldest first, and try once more. */
             atomic_fetch_add(&p->num_alloc_retries, 1);
-            if (gp_release_free_segments(p, st, bytes, 0, NULL) > 0)
-                rc = grow(p, st, bytes, small);
+            if (gp_release_free_segments(p, bytes, 0, NULL) > 0)
+                rc = grow(p, st, bytes, small, &seg);
         }
-        if (rc == GP_OK)
-            b = gp_heap_take(heap, &st->blocks, rsize);
-        else if (rc == GP_ERR_OOM)
+        if (rc == GP_OK) {
+            b = adopt_and_take(p, st, seg, small, rsize, size);
+            if (b == NULL)
+                rc = gp_error_set(GP_ERR_OOM, "out of host memory for block metadata");
+        } else if (rc == GP_ERR_OOM) {
             rc = out_of_memory(p, size, st->handle);
+        }
     }
-    if (b != NULL) {
-        hand_out(p, st, b, size);
+    if (b != NULL)
         *out = (void *)b->addr;
-        rc = GP_OK;
-    } else if (rc == GP_OK) {
-        rc = gp_error_set(GP_ERR_OOM, "out of host memory for block metadata");
-    }
-done:
-    pthread_mutex_unlock(&st->lock);
     pthread_mutex_unlock(&p->lock);
     return rc;
 }

@@ -3,8 +3,9 @@
  * pool.c (create, destroy, check), alloc.c, free.c, reclaim.c (steal, release, trim), stats.c.
  *
  * Locks, always taken in this order: pool->lock, then stream locks in ascending stream index, then the
- * event pool's lock. The allocation and free fast paths take one stream lock and nothing else. A
- * thread holds two stream locks only while it holds the pool lock, so stream locks cannot deadlock.
+ * event pool's lock. The allocation and free fast paths take one stream lock and nothing else. Slow
+ * paths hold the pool lock and one stream lock at a time; only whole-pool walks (stats, gp_check,
+ * destroy) hold every stream lock, taken in index order.
  *
  * Accounting invariant (checked by gp_check and, under assertions, by gp_get_stats):
  *     allocated + cached == reserved,  cached == sum of heap free_bytes + sum of pending_bytes,
@@ -44,8 +45,9 @@ typedef struct gp_pool_state {
     uint64_t next_serial;
     gp_trace_log *log;
 
-    /* Changed on fast paths of several streams at once, hence atomic. */
-    atomic_size_t allocated, allocated_peak, requested, active_blocks;
+    /* Changed on fast paths of several streams at once, hence atomic (the only shared writes there;
+     * requested bytes and live block counts are kept per stream and summed by stats). */
+    atomic_size_t allocated, allocated_peak;
     /* Changed under the pool lock only; atomic so that readers need no lock. */
     atomic_size_t reserved, reserved_peak;
     atomic_uint_fast64_t num_device_allocs, num_device_frees, num_alloc_retries, num_ooms;
@@ -94,14 +96,18 @@ void gp_pending_collect(gp_pool_state *p, gp_stream_state *st, unsigned limit);
 int gp_diagnose_pointer(gp_pool_state *p, uintptr_t addr, const char *fn);
 
 /* ---- reclaim.c ---- */
-/* Moves a wholly free segment of another stream that fits `size` into st's heap. Only segments whose
- * owner's fence has completed, unless `wait`, where st is made to wait on the fence. Pool lock and st
- * held. Returns true when a segment moved. */
-bool gp_steal_segment(gp_pool_state *p, gp_stream_state *st, size_t size, bool small, bool wait);
+/*
+ * Takes the smallest wholly free segment of another stream that fits `size`: only one whose owner's
+ * fence has completed or, when `wait`, one whose fence st is then made to wait on. The segment is
+ * returned with owner == st and its single FREE block on no list: the caller puts it in st's heap.
+ * While in transit it is reachable only through the segment list, i.e. by pool-lock holders.
+ * Pool lock held, no stream lock. NULL when none may be taken.
+ */
+gp_segment *gp_steal_segment(gp_pool_state *p, gp_stream_state *st, size_t size, bool small, bool wait);
 /* Gives wholly free segments back to the device, oldest first, until `want` bytes are released or
- * cached bytes are at most `keep` (whichever comes first); returns bytes released. Pool lock held and,
- * when `locked` is not NULL, that stream's lock too. Device failures keep the segment cached; *failed
- * (optional) receives the first failure's code. */
-size_t gp_release_free_segments(gp_pool_state *p, gp_stream_state *locked, size_t want, size_t keep, int *failed);
+ * cached bytes are at most `keep` (whichever comes first); returns bytes released. Pool lock held, no
+ * stream lock. Device failures keep the segment cached; *failed (optional) receives the first
+ * failure's code. */
+size_t gp_release_free_segments(gp_pool_state *p, size_t want, size_t keep, int *failed);
 
 #endif /* GP_POOL_STATE_H */

@@ -30,7 +30,7 @@ static bool fence_ready(gp_pool_state *p, gp_stream_state *st, bool *recorded)
     return p->ops->event_query(p->ctx, st->fence) == GP_OK;
 }
 
-bool gp_steal_segment(gp_pool_state *p, gp_stream_state *st, size_t size, bool small, bool wait)
+gp_segment *gp_steal_segment(gp_pool_state *p, gp_stream_state *st, size_t size, bool small, bool wait)
 {
     /* The smallest wholly free segment of another stream that fits and may be taken. */
     gp_segment *best = NULL;
@@ -48,12 +48,12 @@ bool gp_steal_segment(gp_pool_state *p, gp_stream_state *st, size_t size, bool s
             best = seg;
     }
     if (best == NULL)
-        return false;
+        return NULL;
     gp_stream_state *owner = best->owner;
     pthread_mutex_lock(&owner->lock);
-    bool moved = false;
+    bool taken = false;
     bool recorded = false;
-    if (gp_segment_wholly_free(best)) {
+    if (gp_segment_wholly_free(best)) { /* the owner may have allocated from it since */
         bool ready = fence_ready(p, owner, &recorded);
         if (!ready && wait && recorded && p->ops->stream_wait_event(p->ctx, st->handle, owner->fence) == GP_OK) {
             atomic_fetch_add(&p->num_stream_waits, 1);
@@ -62,14 +62,12 @@ bool gp_steal_segment(gp_pool_state *p, gp_stream_state *st, size_t size, bool s
         if (ready) {
             gp_heap_remove(gp_heap_of(owner, small), best->first);
             best->owner = st;
-            gp_heap_insert(gp_heap_of(st, small), best->first);
-            st->fence_dirty = true;
             atomic_fetch_add(&p->num_stream_steals, 1);
-            moved = true;
+            taken = true;
         }
     }
     pthread_mutex_unlock(&owner->lock);
-    return moved;
+    return taken ? best : NULL;
 }
 
 /* Gives one wholly free segment (owner locked) back to the device; GP_OK or the backend's error. */
@@ -99,7 +97,7 @@ static int release_segment(gp_pool_state *p, gp_segment *seg)
     return GP_OK;
 }
 
-size_t gp_release_free_segments(gp_pool_state *p, gp_stream_state *locked, size_t want, size_t keep, int *failed)
+size_t gp_release_free_segments(gp_pool_state *p, size_t want, size_t keep, int *failed)
 {
     size_t released = 0;
     if (failed != NULL)
@@ -111,8 +109,7 @@ size_t gp_release_free_segments(gp_pool_state *p, gp_stream_state *locked, size_
             break;
         gp_segment *next = seg->next;
         gp_stream_state *owner = seg->owner;
-        if (owner != locked)
-            pthread_mutex_lock(&owner->lock);
+        pthread_mutex_lock(&owner->lock);
         if (gp_segment_wholly_free(seg)) {
             size_t size = seg->size;
             int rc = release_segment(p, seg);
@@ -121,8 +118,7 @@ size_t gp_release_free_segments(gp_pool_state *p, gp_stream_state *locked, size_
             else if (failed != NULL && *failed == GP_OK)
                 *failed = rc;
         }
-        if (owner != locked)
-            pthread_mutex_unlock(&owner->lock);
+        pthread_mutex_unlock(&owner->lock);
         seg = next;
     }
     return released;
@@ -143,7 +139,7 @@ GP_API int gp_trim(gp_pool *pool, size_t keep_bytes, size_t *released)
         pthread_mutex_unlock(&st->lock);
     }
     int failed = GP_OK;
-    size_t bytes = gp_release_free_segments(p, NULL, SIZE_MAX, keep_bytes, &failed);
+    size_t bytes = gp_release_free_segments(p, SIZE_MAX, keep_bytes, &failed);
     pthread_mutex_unlock(&p->lock);
     if (released != NULL)
         *released = bytes;
