@@ -69,8 +69,7 @@ void gp_block_to_heap(gp_pool_state *p, gp_stream_state *owner, gp_block *b)
 static void retire(gp_pool_state *p, gp_stream_state *owner, gp_block *b)
 {
     atomic_fetch_sub_explicit(&p->allocated, b->size, memory_order_relaxed);
-    atomic_fetch_sub_explicit(&p->requested, b->requested, memory_order_relaxed);
-    atomic_fetch_sub_explicit(&p->active_blocks, 1, memory_order_relaxed);
+    owner->requested_bytes -= b->requested;
     owner->num_frees++;
 }
 

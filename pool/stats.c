@@ -25,16 +25,16 @@ static void snapshot(gp_pool_state *p, gp_stats *s)
         s->pending_bytes += st->pending_bytes;
         s->num_allocs += st->num_allocs;
         s->num_frees += st->num_frees;
+        s->requested_bytes += st->requested_bytes;
+        s->active_blocks += st->live.count;
         for (unsigned k = 0; k < GP_SIZE_CLASS_COUNT; k++)
             s->size_class_allocs[k] += st->size_class_allocs[k];
     }
     s->allocated_bytes = atomic_load(&p->allocated);
     s->allocated_bytes_peak = atomic_load(&p->allocated_peak);
-    s->requested_bytes = atomic_load(&p->requested);
     s->reserved_bytes = atomic_load(&p->reserved);
     s->reserved_bytes_peak = atomic_load(&p->reserved_peak);
     s->cached_bytes = heap_free + s->pending_bytes;
-    s->active_blocks = atomic_load(&p->active_blocks);
     s->segments = p->segment_count;
     s->num_device_allocs = atomic_load(&p->num_device_allocs);
     s->num_device_frees = atomic_load(&p->num_device_frees);

@@ -40,8 +40,9 @@ typedef struct gp_stream_state {
     bool fence_recorded;
     bool fence_dirty;
 
-    /* Counters owned by this stream (summed by gp_get_stats). */
+    /* Counters owned by this stream (summed by gp_get_stats); live blocks are live.count. */
     uint64_t num_allocs, num_frees;
+    size_t requested_bytes; /* sizes asked for by the LIVE blocks of this stream's segments */
     uint64_t size_class_allocs[GP_SIZE_CLASS_COUNT];
 } gp_stream_state;
 
