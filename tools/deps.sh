@@ -1,0 +1,43 @@
+# shellcheck shell=bash
+# tools/deps.sh — installs the Debian packages gpupool needs to build and test. Sourced by
+# tools/bootstrap.sh and tools/test.sh; call gp_install_deps.
+#
+# Only packages not yet installed are installed (checked with dpkg-query); `apt-get update` runs once,
+# before installing, and only when something is missing. Non-interactive (CI runs without a terminal),
+# with sudo only when not root. The CUDA Toolkit is not installed here: CMake builds the cuda backend
+# when it finds one (e.g. /usr/local/cuda) and builds only the sim backend otherwise.
+
+GP_DEPS=(build-essential cmake pkg-config libjemalloc-dev libcriterion-dev libbenchmark-dev)
+
+gp_install_deps() {
+    if ! command -v dpkg-query >/dev/null 2>&1; then
+        echo "deps: dpkg-query not found: not a Debian/Ubuntu system; install by hand the equivalents of:" \
+             "${GP_DEPS[*]}" >&2
+        return 0
+    fi
+
+    local missing=() pkg
+    for pkg in "${GP_DEPS[@]}"; do
+        if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
+            missing+=("$pkg")
+        fi
+    done
+    if [ "${#missing[@]}" -eq 0 ]; then
+        return 0
+    fi
+
+    local sudo=()
+    if [ "$(id -u)" -ne 0 ]; then
+        if ! command -v sudo >/dev/null 2>&1; then
+            echo "deps: missing packages ${missing[*]}; not root and no sudo: run as root" \
+                 "'apt-get install ${missing[*]}'" >&2
+            return 1
+        fi
+        sudo=(sudo)
+    fi
+
+    echo "deps: installing ${missing[*]}"
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q </dev/null || return 1
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null || return 1
+}
