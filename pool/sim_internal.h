@@ -23,6 +23,7 @@
 #include "gpupool_sim.h"
 
 #define GPSIM_PAGE_SIZE ((size_t)2 << 20) /* device allocation granule and alignment */
+#define GPSIM_SPAN_FACTOR 4               /* address space mapped per byte of capacity */
 #define GPSIM_VIOLATION_MAX 512
 #define GPSIM_CALL_KINDS 9 /* bits of enum gp_sim_call */
 
@@ -36,13 +37,14 @@ typedef struct gpsim_allocation {
 /*
  * Invariants (checked by gpsim_memory_assert_invariants):
  *   allocated_bytes == sum of ledger[i].size == (set bits of page_used) * GPSIM_PAGE_SIZE
- *   ledger is sorted by addr, its ranges do not overlap and lie inside [base, base + capacity)
+ *   ledger is sorted by addr, its ranges do not overlap and lie inside [base, base + span)
  *   allocated_bytes <= allocated_peak <= capacity
  */
 typedef struct gpsim_memory {
     unsigned char *base;   /* 2 MiB aligned, PROT_NONE except while a kernel's effect is applied */
-    size_t capacity;       /* bytes mapped: device_memory rounded up to 2 MiB */
-    size_t page_count;     /* capacity / GPSIM_PAGE_SIZE */
+    size_t capacity;       /* device memory: device_memory rounded up to 2 MiB */
+    size_t span;           /* bytes of address space mapped: capacity * GPSIM_SPAN_FACTOR */
+    size_t page_count;     /* span / GPSIM_PAGE_SIZE */
     uint64_t *page_used;   /* bit p set: page p belongs to a live allocation */
     gpsim_allocation *ledger;
     size_t ledger_count, ledger_capacity;

@@ -1,11 +1,14 @@
 /*
  * sim_memory.c — the simulated device's memory.
  *
- * One host mapping of `capacity` bytes, 2 MiB aligned, mapped PROT_NONE with MAP_NORESERVE: the host
+ * One host mapping of `span` bytes, 2 MiB aligned, mapped PROT_NONE with MAP_NORESERVE: the host
  * can never touch it, so a pool that dereferences a device pointer crashes at once. Only simulated
  * kernels open a (page-rounded) range PROT_READ|PROT_WRITE while their effect is applied.
  *
- * Allocation is first fit over a bitmap of 2 MiB pages (80 GiB is 40960 bits). The ledger lists the
+ * The span is GPSIM_SPAN_FACTOR times the capacity, as on a real GPU, where cudaMalloc maps physical
+ * pages into a virtual address space far larger than the memory: an allocation fails only when the
+ * capacity is used up, not because free memory is scattered (no contiguous range is needed in
+ * physical memory). Allocation is first fit over a bitmap of the span's 2 MiB pages. The ledger lists the
  * live allocations sorted by address; frees are checked against it. A free drops the contents
  * (MADV_DONTNEED), so memory read after free-and-reallocate reads zeros, not stale data.
  *
@@ -38,11 +41,12 @@ int gpsim_memory_map(gpsim_memory *mem, size_t requested_capacity)
     memset(mem, 0, sizeof *mem);
     if (requested_capacity == 0)
         return gp_error_set(GP_ERR_BACKEND, "sim: device_memory is 0; the simulated device needs a capacity");
-    if (requested_capacity > SIZE_MAX / 2)
+    if (requested_capacity > ((size_t)1 << 44)) /* 16 TiB: the span must fit the address space */
         return gp_error_set(GP_ERR_BACKEND, "sim: device_memory %zu is too large", requested_capacity);
 
     size_t capacity = round_up(requested_capacity, GPSIM_PAGE_SIZE);
-    size_t mapped = capacity + GPSIM_PAGE_SIZE; /* over-map, then trim to a 2 MiB aligned range */
+    size_t span = capacity * GPSIM_SPAN_FACTOR;
+    size_t mapped = span + GPSIM_PAGE_SIZE; /* over-map, then trim to a 2 MiB aligned range */
     void *raw = mmap(NULL, mapped, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (raw == MAP_FAILED) {
         char text[GP_SIZE_TEXT_MAX];
@@ -52,22 +56,23 @@ int gpsim_memory_map(gpsim_memory *mem, size_t requested_capacity)
     uintptr_t start = (uintptr_t)raw;
     uintptr_t aligned = round_up(start, GPSIM_PAGE_SIZE);
     size_t head = aligned - start;
-    size_t tail = mapped - head - capacity;
+    size_t tail = mapped - head - span;
     if (head > 0)
         munmap(raw, head);
     if (tail > 0)
-        munmap((void *)(aligned + capacity), tail);
+        munmap((void *)(aligned + span), tail);
 
-    size_t page_count = capacity / GPSIM_PAGE_SIZE;
+    size_t page_count = span / GPSIM_PAGE_SIZE;
     uint64_t *page_used = calloc((page_count + 63) / 64, sizeof *page_used);
     if (page_used == NULL) {
-        munmap((void *)aligned, capacity);
+        munmap((void *)aligned, span);
         return gp_error_set(GP_ERR_BACKEND, "sim: host out of memory for the page bitmap");
     }
     long host_page = sysconf(_SC_PAGESIZE);
 
     mem->base = (unsigned char *)aligned;
     mem->capacity = capacity;
+    mem->span = span;
     mem->page_count = page_count;
     mem->page_used = page_used;
     mem->host_page_size = host_page > 0 ? (size_t)host_page : 4096;
@@ -77,7 +82,7 @@ int gpsim_memory_map(gpsim_memory *mem, size_t requested_capacity)
 void gpsim_memory_unmap(gpsim_memory *mem)
 {
     if (mem->base != NULL)
-        munmap(mem->base, mem->capacity);
+        munmap(mem->base, mem->span);
     free(mem->page_used);
     free(mem->ledger);
     memset(mem, 0, sizeof *mem);
@@ -148,7 +153,7 @@ int gpsim_memory_alloc(gpsim_memory *mem, size_t size, gp_devptr *out)
     assert(size > 0 && size % GPSIM_PAGE_SIZE == 0);
     size_t pages = size / GPSIM_PAGE_SIZE;
     size_t first = 0;
-    if (pages > mem->page_count || !pages_find_run(mem, pages, &first)) {
+    if (size > mem->capacity - mem->allocated_bytes || !pages_find_run(mem, pages, &first)) {
         char want[GP_SIZE_TEXT_MAX], avail[GP_SIZE_TEXT_MAX], total[GP_SIZE_TEXT_MAX];
         size_t free_bytes = mem->capacity - mem->allocated_bytes;
         return gp_error_set(GP_ERR_OOM, "sim: out of device memory: requested %s, %s free of %s%s",
@@ -216,7 +221,7 @@ void gpsim_memory_assert_invariants(const gpsim_memory *mem)
     for (size_t i = 0; i < mem->ledger_count; i++) {
         const gpsim_allocation *a = &mem->ledger[i];
         assert(a->size > 0 && a->size % GPSIM_PAGE_SIZE == 0);
-        assert(a->addr >= (gp_devptr)mem->base && a->addr + a->size <= (gp_devptr)mem->base + mem->capacity);
+        assert(a->addr >= (gp_devptr)mem->base && a->addr + a->size <= (gp_devptr)mem->base + mem->span);
         assert(i == 0 || mem->ledger[i - 1].addr + mem->ledger[i - 1].size <= a->addr);
         ledger_bytes += a->size;
     }
@@ -251,7 +256,7 @@ static void protect(gpsim_memory *mem, gp_devptr addr, size_t len, int prot)
 {
     uintptr_t first = addr / mem->host_page_size * mem->host_page_size;
     uintptr_t end = round_up(addr + len, mem->host_page_size);
-    assert(first >= (uintptr_t)mem->base && end <= (uintptr_t)mem->base + mem->capacity);
+    assert(first >= (uintptr_t)mem->base && end <= (uintptr_t)mem->base + mem->span);
     if (mprotect((void *)first, end - first, prot) != 0) {
         fprintf(stderr, "gpupool sim: mprotect of simulated device memory failed: %s\n", strerror(errno));
         abort();
