@@ -54,11 +54,13 @@ void gp_event_pool_put(gp_event_pool *ep, gp_event ev)
     pthread_mutex_unlock(&ep->lock);
 }
 
-uint64_t gp_event_pool_destroy(gp_event_pool *ep)
+uint64_t gp_event_pool_destroy(gp_event_pool *ep, uint64_t *failed)
 {
     uint64_t in_use = ep->created - ep->idle_count;
+    *failed = 0;
     for (size_t i = 0; i < ep->idle_count; i++)
-        ep->ops->event_destroy(ep->ctx, ep->idle[i]);
+        if (ep->ops->event_destroy(ep->ctx, ep->idle[i]) != GP_OK)
+            (*failed)++;
     free(ep->idle);
     ep->idle = NULL;
     ep->idle_count = ep->idle_capacity = 0;

@@ -28,7 +28,8 @@ void gp_event_pool_init(gp_event_pool *ep, const gp_backend_ops *ops, void *ctx)
 int gp_event_pool_get(gp_event_pool *ep, gp_event *out);
 /* Returns an event that is no longer needed. */
 void gp_event_pool_put(gp_event_pool *ep, gp_event ev);
-/* Destroys every idle event; returns how many events were still in use (a leak in the pool). */
-uint64_t gp_event_pool_destroy(gp_event_pool *ep);
+/* Destroys every idle event; returns how many events were still in use (a leak in the pool). *failed
+ * receives how many destroy calls the device refused (those events stay with the device). */
+uint64_t gp_event_pool_destroy(gp_event_pool *ep, uint64_t *failed);
 
 #endif /* GP_EVENT_POOL_H */

@@ -198,9 +198,12 @@ GP_API int gp_pool_destroy(gp_pool *pool, gp_leak_report *report)
         free(seg);
         seg = next;
     }
-    uint64_t events_in_use = gp_event_pool_destroy(&p->events);
+    uint64_t events_failed = 0;
+    uint64_t events_in_use = gp_event_pool_destroy(&p->events, &events_failed);
     assert(events_in_use == 0); /* every event was returned above */
     (void)events_in_use;
+    if (events_failed > 0 && failed == GP_OK)
+        failed = GP_ERR_DEVICE;
     gp_unlock_all_streams(p);
     pthread_mutex_unlock(&p->lock);
 
@@ -221,8 +224,11 @@ GP_API int gp_pool_destroy(gp_pool *pool, gp_leak_report *report)
         *report = leaks;
     char text[GP_SIZE_TEXT_MAX];
     if (failed != GP_OK)
-        return gp_error_set(failed, "gp_pool_destroy: %s of device memory could not be given back (%s)",
-                            gp_format_size(not_returned, text), gp_strerror(failed));
+        return gp_error_set(failed,
+                            "gp_pool_destroy: %s of device memory and %llu events could not be given back (%s); "
+                            "the pool is destroyed all the same",
+                            gp_format_size(not_returned, text), (unsigned long long)events_failed,
+                            gp_strerror(failed));
     if (leaks.live_blocks > 0)
         gp_error_set(GP_OK, "gp_pool_destroy: %zu blocks (%s) were never freed; their memory was given back",
                      leaks.live_blocks, gp_format_size(leaks.live_bytes, text));
