@@ -134,6 +134,7 @@ static int alloc_slow(gp_pool_state *p, gp_stream_state *st, size_t size, size_t
     if (b == NULL) {
         size_t bytes = segment_size_for(&p->cfg, rsize, small);
         size_t just_enough = gp_round_up(rsize, GP_DEVICE_PAGE);
+        gp_release_over_slack(p, bytes, rsize);
         rc = grow(p, st, bytes, small, &seg);
         if (rc == GP_ERR_OOM && bytes > just_enough) {
             bytes = just_enough;

@@ -22,7 +22,7 @@
 #define GIB ((size_t)1 << 30)
 #define DEVICE_PAGE (2 * MIB)
 
-typedef enum { KEY_STRING, KEY_SIZE, KEY_UINT, KEY_BOOL } key_kind;
+typedef enum { KEY_STRING, KEY_SIZE, KEY_UINT, KEY_BOOL, KEY_FRACTION } key_kind;
 
 typedef struct key_spec {
     const char *name;
@@ -54,6 +54,8 @@ static const key_spec keys[] = {
      "cross-stream frees whose events an allocation queries before its fast path"},
     {"steal_wait", KEY_BOOL, FIELD(steal_wait), 0, "true",
      "when the device is full, let a stream wait on another's event to take its free segments"},
+    {"cache_slack", KEY_FRACTION, FIELD(cache_slack), 0, "0.04",
+     "before growing past (1 + this) x peak allocated bytes, give back wholly free cached segments (off = never)"},
     {"log", KEY_STRING, FIELD(log_path), sizeof(((gp_config *)0)->log_path), "",
      "write every allocate and free to this file as an RMM allocation-log CSV"},
 };
@@ -114,6 +116,24 @@ static bool parse_bool(const char *text, bool *out)
     return false;
 }
 
+/* A fraction >= 0 ("0.04"), or "off" (stored as -1). */
+static bool parse_fraction(const char *text, double *out)
+{
+    if (strcasecmp(text, "off") == 0) {
+        *out = -1.0;
+        return true;
+    }
+    if (text == NULL || !isdigit((unsigned char)text[0]))
+        return false;
+    errno = 0;
+    char *end = NULL;
+    double value = strtod(text, &end);
+    if (errno != 0 || *end != '\0' || !isfinite(value) || value < 0 || value > 1000)
+        return false;
+    *out = value;
+    return true;
+}
+
 static const key_spec *find_key(const char *name)
 {
     for (size_t i = 0; i < KEY_COUNT; i++)
@@ -147,6 +167,11 @@ static int apply_one(gp_config *cfg, const key_spec *key, const char *value, con
         if (!parse_bool(value, (bool *)field))
             return gp_error_set(GP_ERR_CONFIG, "%s: '%s' is not true/false for key '%s'", origin, value,
                                 key->name);
+        return GP_OK;
+    case KEY_FRACTION:
+        if (!parse_fraction(value, (double *)field))
+            return gp_error_set(GP_ERR_CONFIG, "%s: '%s' is not a fraction (such as 0.04) or off for key '%s'",
+                                origin, value, key->name);
         return GP_OK;
     }
     return gp_error_set(GP_ERR_CONFIG, "%s: key '%s' has no parser", origin, key->name);

@@ -21,6 +21,7 @@ typedef struct gp_config {
     unsigned max_streams;   /* streams one pool can track */
     unsigned pending_scan;  /* pending frees whose events are queried per allocation */
     bool steal_wait;        /* on device OOM, take busy free segments of other streams by waiting */
+    double cache_slack;     /* growth past (1 + this) x peak allocated first gives back free segments; < 0 = off */
     char log_path[1024];    /* "" or a file to which every allocate/free is logged as RMM CSV */
 } gp_config;
 

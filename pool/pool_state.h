@@ -109,5 +109,12 @@ gp_segment *gp_steal_segment(gp_pool_state *p, gp_stream_state *st, size_t size,
  * stream lock. Device failures keep the segment cached; *failed (optional) receives the first
  * failure's code. */
 size_t gp_release_free_segments(gp_pool_state *p, size_t want, size_t keep, int *failed);
+/*
+ * Keeps cached memory within cache_slack before the pool grows by `bytes` for a request of `rsize`:
+ * when reserved + bytes would exceed (1 + cache_slack) x max(peak allocated, allocated + rsize), gives
+ * back wholly free segments, oldest first, but only when that brings the pool under the cap (releasing
+ * less would only trade device calls for nothing). Pool lock held, no stream lock.
+ */
+void gp_release_over_slack(gp_pool_state *p, size_t bytes, size_t rsize);
 
 #endif /* GP_POOL_STATE_H */

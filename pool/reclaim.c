@@ -124,6 +124,27 @@ size_t gp_release_free_segments(gp_pool_state *p, size_t want, size_t keep, int 
     return released;
 }
 
+void gp_release_over_slack(gp_pool_state *p, size_t bytes, size_t rsize)
+{
+    if (p->cfg.cache_slack < 0)
+        return;
+    size_t reserved = atomic_load(&p->reserved);
+    size_t live = atomic_load(&p->allocated) + rsize, peak = atomic_load(&p->allocated_peak);
+    double cap = (double)(live > peak ? live : peak) * (1.0 + p->cfg.cache_slack);
+    if ((double)(reserved + bytes) <= cap)
+        return;
+    size_t releasable = 0;
+    for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
+        pthread_mutex_lock(&seg->owner->lock);
+        if (gp_segment_wholly_free(seg))
+            releasable += seg->size;
+        pthread_mutex_unlock(&seg->owner->lock);
+    }
+    double excess = (double)(reserved + bytes) - cap;
+    if ((double)releasable >= excess)
+        gp_release_free_segments(p, (size_t)excess + 1, 0, NULL);
+}
+
 GP_API int gp_trim(gp_pool *pool, size_t keep_bytes, size_t *released)
 {
     gp_pool_state *p = NULL;

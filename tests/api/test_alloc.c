@@ -143,8 +143,47 @@ Test(alloc, freed_neighbours_coalesce_into_a_larger_block)
     cr_assert_eq(gp_free(pool, d, NULL), GP_OK);
 }
 
+/* Replaces the suite's pool with one made from `config`. */
+static void recreate(const char *config)
+{
+    gp_pool_destroy(pool, NULL);
+    gp_sim_release(sim);
+    cr_assert_eq(gp_pool_create(&pool, 0, "sim", config), GP_OK, "%s", gp_last_error());
+    sim = gp_sim_of(pool);
+    gp_sim_retain(sim);
+}
+
+Test(alloc, growth_past_the_slack_first_gives_back_unfit_free_segments)
+{
+    void *big[4], *p;
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(gp_alloc(pool, &big[i], 100 * MIB, NULL), GP_OK, "%s", gp_last_error());
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(gp_free(pool, big[i], NULL), GP_OK);
+    /* peak allocated 400 MiB; growing by 150 MiB would hold 550 MiB > 1.04 x 400 MiB: the two oldest
+     * free segments go back first */
+    cr_assert_eq(gp_alloc(pool, &p, 150 * MIB, NULL), GP_OK, "%s", gp_last_error());
+    gp_stats s = stats_now();
+    cr_assert_eq(s.num_device_frees, 2);
+    cr_assert_eq(s.reserved_bytes, 350 * MIB);
+    cr_assert_eq(s.num_alloc_retries, 0, "no OOM was involved");
+    cr_assert_eq(gp_free(pool, p, NULL), GP_OK);
+
+    recreate("device_memory:1GiB,cache_slack:off");
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(gp_alloc(pool, &big[i], 100 * MIB, NULL), GP_OK, "%s", gp_last_error());
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(gp_free(pool, big[i], NULL), GP_OK);
+    cr_assert_eq(gp_alloc(pool, &p, 150 * MIB, NULL), GP_OK, "%s", gp_last_error());
+    s = stats_now();
+    cr_assert_eq(s.num_device_frees, 0, "cache_slack:off keeps everything cached");
+    cr_assert_eq(s.reserved_bytes, 550 * MIB);
+    cr_assert_eq(gp_free(pool, p, NULL), GP_OK);
+}
+
 Test(alloc, device_oom_releases_free_segments_and_retries)
 {
+    recreate("device_memory:1GiB,cache_slack:off");
     void *big[4];
     for (int i = 0; i < 4; i++)
         cr_assert_eq(gp_alloc(pool, &big[i], 200 * MIB, NULL), GP_OK, "%s", gp_last_error());

@@ -64,6 +64,9 @@ Test(config, bad_values_are_errors)
     cr_assert(strstr(gp_last_error(), "lots") != NULL && strstr(gp_last_error(), "small_size") != NULL);
     cr_assert_eq(gp_config_apply(&cfg, "max_streams:-3", "config"), GP_ERR_CONFIG);
     cr_assert_eq(gp_config_apply(&cfg, "steal_wait:maybe", "config"), GP_ERR_CONFIG);
+    cr_assert_eq(gp_config_apply(&cfg, "cache_slack:-0.1", "config"), GP_ERR_CONFIG);
+    cr_assert_eq(gp_config_apply(&cfg, "cache_slack:off", "config"), GP_OK);
+    cr_assert(cfg.cache_slack < 0);
     cr_assert_eq(gp_config_apply(&cfg, "novalue", "config"), GP_ERR_CONFIG);
     cr_assert(strstr(gp_last_error(), "key:value") != NULL);
 }
@@ -87,7 +90,7 @@ Test(config, help_lists_every_key)
 {
     const char *help = gp_config_help_text();
     const char *names[] = {"backend", "device_memory", "small_size", "small_segment", "large_segment",
-                           "huge_size", "max_streams", "pending_scan", "steal_wait", "log"};
+                           "huge_size", "max_streams", "pending_scan", "steal_wait", "cache_slack", "log"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         cr_assert(strstr(help, names[i]) != NULL, "help lacks %s", names[i]);
 }
