@@ -129,7 +129,9 @@ typedef struct gp_stats {
     uint32_t version; /* set by the caller to GP_STATS_VERSION */
 
     uint64_t allocated_bytes;      /* live: rounded sizes of blocks handed out and not freed */
-    uint64_t allocated_bytes_peak;
+    uint64_t allocated_bytes_peak; /* exact with one stream; with several, it may miss up to 16 MiB per
+                                    * other active stream (streams keep their counts apart so that their
+                                    * fast paths share no cache line) */
     uint64_t requested_bytes;      /* live: sizes as requested */
     uint64_t reserved_bytes;       /* device memory held by the pool */
     uint64_t reserved_bytes_peak;

@@ -21,8 +21,7 @@ static void hand_out(gp_pool_state *p, gp_stream_state *st, gp_block *b, size_t 
     (void)inserted;
     st->num_allocs++;
     st->size_class_allocs[gp_stats_bucket(size)]++;
-    size_t allocated = atomic_fetch_add_explicit(&p->allocated, b->size, memory_order_relaxed) + b->size;
-    gp_raise_peak(&p->allocated_peak, allocated);
+    gp_account(p, st, (int64_t)b->size);
     st->requested_bytes += size;
 }
 
@@ -109,7 +108,8 @@ static int out_of_memory(gp_pool_state *p, size_t size, gp_stream stream)
     char req[GP_SIZE_TEXT_MAX], cached[GP_SIZE_TEXT_MAX], dev_free[GP_SIZE_TEXT_MAX], total[GP_SIZE_TEXT_MAX];
     size_t free_bytes = 0, total_bytes = 0;
     bool known = p->ops->mem_info(p->ctx, &free_bytes, &total_bytes) == GP_OK;
-    size_t reserved = atomic_load(&p->reserved), allocated = atomic_load(&p->allocated);
+    gp_flush_all(p);
+    size_t reserved = atomic_load(&p->reserved), allocated = gp_allocated_estimate(p);
     atomic_fetch_add(&p->num_ooms, 1);
     gp_format_size(size, req);
     gp_format_size(reserved - allocated, cached);
@@ -129,18 +129,25 @@ static int alloc_slow(gp_pool_state *p, gp_stream_state *st, size_t size, size_t
     int rc = GP_OK;
     gp_block *b = adopt_and_take(p, st, NULL, small, rsize, size);
     gp_segment *seg = NULL;
-    if (b == NULL && (seg = gp_steal_segment(p, st, rsize, small, false)) != NULL)
+    size_t bytes = segment_size_for(&p->cfg, rsize, small);
+    size_t cap = gp_cache_cap(p, rsize);
+    bool over_cap = cap != SIZE_MAX && atomic_load(&p->reserved) + bytes > cap;
+    /* Under the cap the stream grows; above it, it first takes a free segment another stream no
+     * longer uses (whose fence has completed), then gives unfit free segments back. */
+    if (b == NULL && over_cap && (seg = gp_steal_segment(p, st, rsize, small, false)) != NULL)
         b = adopt_and_take(p, st, seg, small, rsize, size);
     if (b == NULL) {
-        size_t bytes = segment_size_for(&p->cfg, rsize, small);
         size_t just_enough = gp_round_up(rsize, GP_DEVICE_PAGE);
-        gp_release_over_slack(p, bytes, rsize);
+        if (over_cap)
+            gp_release_over_cap(p, bytes, cap);
         rc = grow(p, st, bytes, small, &seg);
         if (rc == GP_ERR_OOM && bytes > just_enough) {
             bytes = just_enough;
             rc = grow(p, st, bytes, small, &seg);
         }
-        if (rc == GP_ERR_OOM && p->cfg.steal_wait && (seg = gp_steal_segment(p, st, rsize, small, true)) != NULL)
+        if (rc == GP_ERR_OOM) /* other streams' completed cross-stream frees may free whole segments */
+            gp_collect_all_pending(p);
+        if (rc == GP_ERR_OOM && (seg = gp_steal_segment(p, st, rsize, small, p->cfg.steal_wait)) != NULL)
             rc = GP_OK;
         if (rc == GP_ERR_OOM) {
             /* Give wholly free segments back, oldest first, and try once more. */

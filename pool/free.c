@@ -68,7 +68,7 @@ void gp_block_to_heap(gp_pool_state *p, gp_stream_state *owner, gp_block *b)
 /* Accounts for a LIVE block that stops being live. */
 static void retire(gp_pool_state *p, gp_stream_state *owner, gp_block *b)
 {
-    atomic_fetch_sub_explicit(&p->allocated, b->size, memory_order_relaxed);
+    gp_account(p, owner, -(int64_t)b->size);
     owner->requested_bytes -= b->requested;
     owner->num_frees++;
 }

@@ -178,7 +178,8 @@ GP_API int gp_pool_destroy(gp_pool *pool, gp_leak_report *report)
             st->fence = NULL;
         }
     }
-    leaks.live_bytes = atomic_load(&p->allocated);
+    for (unsigned i = 0; i < count; i++)
+        leaks.live_bytes += p->streams.by_index[i]->allocated_bytes;
     gp_segment *seg = p->segments_head;
     while (seg != NULL) {
         gp_segment *next = seg->next;
@@ -305,8 +306,17 @@ GP_API int gp_check(gp_pool *pool)
     CHECK(segments == p->segment_count, "%zu segments listed, %zu counted", segments, p->segment_count);
     CHECK(reserved == atomic_load(&p->reserved), "reserved %zu != sum of segments %zu", atomic_load(&p->reserved),
           reserved);
-    CHECK(allocated == atomic_load(&p->allocated), "allocated %zu != sum of live blocks %zu",
-          atomic_load(&p->allocated), allocated);
+    size_t stream_allocated = 0;
+    int64_t unflushed = 0;
+    for (unsigned i = 0; i < count; i++) {
+        stream_allocated += p->streams.by_index[i]->allocated_bytes;
+        unflushed += p->streams.by_index[i]->unflushed;
+    }
+    CHECK(allocated == stream_allocated, "streams count %zu allocated bytes, live blocks hold %zu", stream_allocated,
+          allocated);
+    CHECK((int64_t)atomic_load(&p->allocated_flushed) + unflushed == (int64_t)allocated,
+          "shared allocated total %lld + unflushed %lld != %zu", (long long)atomic_load(&p->allocated_flushed),
+          (long long)unflushed, allocated);
     CHECK(free_bytes == heap_free, "free blocks hold %zu bytes but the heaps count %zu", free_bytes, heap_free);
     CHECK(pending == stream_pending, "pending blocks hold %zu bytes but the streams count %zu", pending, stream_pending);
     CHECK(live_blocks == mapped, "%zu live blocks, %zu in the streams' maps", live_blocks, mapped);

@@ -45,9 +45,11 @@ typedef struct gp_pool_state {
     uint64_t next_serial;
     gp_trace_log *log;
 
-    /* Changed on fast paths of several streams at once, hence atomic (the only shared writes there;
-     * requested bytes and live block counts are kept per stream and summed by stats). */
-    atomic_size_t allocated, allocated_peak;
+    /* Allocated bytes are exact per stream (stream->allocated_bytes); the shared total below lags
+     * each stream by its `unflushed` delta, under GP_FLUSH_BYTES, so that the fast paths of several
+     * streams do not write one cache line. See gp_account. */
+    atomic_int_fast64_t allocated_flushed;
+    atomic_size_t allocated_peak;
     /* Changed under the pool lock only; atomic so that readers need no lock. */
     atomic_size_t reserved, reserved_peak;
     atomic_uint_fast64_t num_device_allocs, num_device_frees, num_alloc_retries, num_ooms;
@@ -70,6 +72,8 @@ int gp_pool_stream(gp_pool_state *p, gp_stream handle, gp_stream_state **out);
 void gp_lock_all_streams(gp_pool_state *p);
 void gp_unlock_all_streams(gp_pool_state *p);
 
+#define GP_FLUSH_BYTES ((int64_t)16 << 20)
+
 /* Raises *peak to at least value. */
 static inline void gp_raise_peak(atomic_size_t *peak, size_t value)
 {
@@ -78,6 +82,43 @@ static inline void gp_raise_peak(atomic_size_t *peak, size_t value)
                                                                   memory_order_relaxed)) {
     }
 }
+
+/*
+ * Accounts `delta` allocated bytes (+ on hand-out, - on free) to st (locked). The stream's share is
+ * exact; the pool's shared total is updated only when the stream's unflushed delta reaches
+ * GP_FLUSH_BYTES either way. The peak is raised to the shared total plus this stream's unflushed delta:
+ * exact for one stream, and short by less than GP_FLUSH_BYTES per other active stream otherwise.
+ */
+static inline void gp_account(gp_pool_state *p, gp_stream_state *st, int64_t delta)
+{
+    st->allocated_bytes += (size_t)delta;
+    st->unflushed += delta;
+    int64_t shared = atomic_load_explicit(&p->allocated_flushed, memory_order_relaxed);
+    if (st->unflushed >= GP_FLUSH_BYTES || st->unflushed <= -GP_FLUSH_BYTES) {
+        shared = atomic_fetch_add_explicit(&p->allocated_flushed, st->unflushed, memory_order_relaxed) +
+                 st->unflushed;
+        st->unflushed = 0;
+    }
+    if (delta > 0)
+        gp_raise_peak(&p->allocated_peak, (size_t)(shared + st->unflushed));
+}
+
+/* Adds st's (locked) unflushed delta to the shared total. */
+static inline void gp_flush(gp_pool_state *p, gp_stream_state *st)
+{
+    atomic_fetch_add_explicit(&p->allocated_flushed, st->unflushed, memory_order_relaxed);
+    st->unflushed = 0;
+}
+
+/* The pool's allocated bytes as the shared total says (exact after gp_flush_all). */
+static inline size_t gp_allocated_estimate(gp_pool_state *p)
+{
+    int64_t v = atomic_load_explicit(&p->allocated_flushed, memory_order_relaxed);
+    return v > 0 ? (size_t)v : 0;
+}
+
+/* Flushes every stream, so that the shared total is exact. Pool lock held, no stream lock. */
+void gp_flush_all(gp_pool_state *p);
 
 /* The heap of `st` that holds blocks of segment kind `small`. */
 static inline gp_heap *gp_heap_of(gp_stream_state *st, bool small)
@@ -109,12 +150,22 @@ gp_segment *gp_steal_segment(gp_pool_state *p, gp_stream_state *st, size_t size,
  * stream lock. Device failures keep the segment cached; *failed (optional) receives the first
  * failure's code. */
 size_t gp_release_free_segments(gp_pool_state *p, size_t want, size_t keep, int *failed);
+/* Returns every stream's completed pending blocks to its heap. Pool lock held, no stream lock. */
+void gp_collect_all_pending(gp_pool_state *p);
 /*
- * Keeps cached memory within cache_slack before the pool grows by `bytes` for a request of `rsize`:
- * when reserved + bytes would exceed (1 + cache_slack) x max(peak allocated, allocated + rsize), gives
- * back wholly free segments, oldest first, but only when that brings the pool under the cap (releasing
- * less would only trade device calls for nothing). Pool lock held, no stream lock.
+ * The most device memory the pool means to hold once it serves a request of `rsize`:
+ * (1 + cache_slack) x max(peak allocated, allocated + rsize), and at least GP_CAP_FLOOR_SEGMENTS large
+ * segments (so that small workloads on several streams simply grow); SIZE_MAX when cache_slack is off.
+ * Below the cap a stream that misses grows; above it, it first takes another stream's free segment or
+ * gives unfit free segments back.
  */
-void gp_release_over_slack(gp_pool_state *p, size_t bytes, size_t rsize);
+size_t gp_cache_cap(gp_pool_state *p, size_t rsize);
+#define GP_CAP_FLOOR_SEGMENTS 4
+/*
+ * Before growing by `bytes` past `cap`: gives back wholly free segments, oldest first, but only when
+ * that brings the pool under the cap (releasing less would only trade device calls for nothing).
+ * Pool lock held, no stream lock.
+ */
+void gp_release_over_cap(gp_pool_state *p, size_t bytes, size_t cap);
 
 #endif /* GP_POOL_STATE_H */

@@ -104,7 +104,7 @@ size_t gp_release_free_segments(gp_pool_state *p, size_t want, size_t keep, int 
         *failed = GP_OK;
     gp_segment *seg = p->segments_head;
     while (seg != NULL && released < want) {
-        size_t cached = atomic_load(&p->reserved) - atomic_load(&p->allocated);
+        size_t cached = atomic_load(&p->reserved) - gp_allocated_estimate(p);
         if (cached <= keep)
             break;
         gp_segment *next = seg->next;
@@ -124,14 +124,46 @@ size_t gp_release_free_segments(gp_pool_state *p, size_t want, size_t keep, int 
     return released;
 }
 
-void gp_release_over_slack(gp_pool_state *p, size_t bytes, size_t rsize)
+void gp_flush_all(gp_pool_state *p)
+{
+    unsigned count = atomic_load(&p->streams.count);
+    for (unsigned i = 0; i < count; i++) {
+        gp_stream_state *st = p->streams.by_index[i];
+        pthread_mutex_lock(&st->lock);
+        gp_flush(p, st);
+        pthread_mutex_unlock(&st->lock);
+    }
+}
+
+void gp_collect_all_pending(gp_pool_state *p)
+{
+    unsigned count = atomic_load(&p->streams.count);
+    for (unsigned i = 0; i < count; i++) {
+        gp_stream_state *st = p->streams.by_index[i];
+        if (atomic_load_explicit(&st->pending_count, memory_order_relaxed) == 0)
+            continue;
+        pthread_mutex_lock(&st->lock);
+        gp_pending_collect(p, st, 0);
+        pthread_mutex_unlock(&st->lock);
+    }
+}
+
+size_t gp_cache_cap(gp_pool_state *p, size_t rsize)
 {
     if (p->cfg.cache_slack < 0)
-        return;
-    size_t reserved = atomic_load(&p->reserved);
-    size_t live = atomic_load(&p->allocated) + rsize, peak = atomic_load(&p->allocated_peak);
+        return SIZE_MAX;
+    size_t live = gp_allocated_estimate(p) + rsize, peak = atomic_load(&p->allocated_peak);
     double cap = (double)(live > peak ? live : peak) * (1.0 + p->cfg.cache_slack);
-    if ((double)(reserved + bytes) <= cap)
+    double floor = (double)p->cfg.large_segment * GP_CAP_FLOOR_SEGMENTS;
+    if (cap < floor)
+        cap = floor;
+    return cap >= (double)SIZE_MAX ? SIZE_MAX : (size_t)cap;
+}
+
+void gp_release_over_cap(gp_pool_state *p, size_t bytes, size_t cap)
+{
+    size_t reserved = atomic_load(&p->reserved);
+    if (cap == SIZE_MAX || reserved + bytes <= cap)
         return;
     size_t releasable = 0;
     for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
@@ -140,9 +172,9 @@ void gp_release_over_slack(gp_pool_state *p, size_t bytes, size_t rsize)
             releasable += seg->size;
         pthread_mutex_unlock(&seg->owner->lock);
     }
-    double excess = (double)(reserved + bytes) - cap;
-    if ((double)releasable >= excess)
-        gp_release_free_segments(p, (size_t)excess + 1, 0, NULL);
+    size_t excess = reserved + bytes - cap;
+    if (releasable >= excess)
+        gp_release_free_segments(p, excess, 0, NULL);
 }
 
 GP_API int gp_trim(gp_pool *pool, size_t keep_bytes, size_t *released)
@@ -152,13 +184,8 @@ GP_API int gp_trim(gp_pool *pool, size_t keep_bytes, size_t *released)
     if (rc != GP_OK)
         return rc;
     pthread_mutex_lock(&p->lock);
-    unsigned count = atomic_load(&p->streams.count);
-    for (unsigned i = 0; i < count; i++) {
-        gp_stream_state *st = p->streams.by_index[i];
-        pthread_mutex_lock(&st->lock);
-        gp_pending_collect(p, st, 0);
-        pthread_mutex_unlock(&st->lock);
-    }
+    gp_collect_all_pending(p);
+    gp_flush_all(p); /* keep_bytes is compared with exact figures */
     int failed = GP_OK;
     size_t bytes = gp_release_free_segments(p, SIZE_MAX, keep_bytes, &failed);
     pthread_mutex_unlock(&p->lock);

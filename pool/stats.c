@@ -26,12 +26,14 @@ static void snapshot(gp_pool_state *p, gp_stats *s)
         s->num_allocs += st->num_allocs;
         s->num_frees += st->num_frees;
         s->requested_bytes += st->requested_bytes;
+        s->allocated_bytes += st->allocated_bytes;
         s->active_blocks += st->live.count;
         for (unsigned k = 0; k < GP_SIZE_CLASS_COUNT; k++)
             s->size_class_allocs[k] += st->size_class_allocs[k];
     }
-    s->allocated_bytes = atomic_load(&p->allocated);
     s->allocated_bytes_peak = atomic_load(&p->allocated_peak);
+    if (s->allocated_bytes_peak < s->allocated_bytes)
+        s->allocated_bytes_peak = s->allocated_bytes;
     s->reserved_bytes = atomic_load(&p->reserved);
     s->reserved_bytes_peak = atomic_load(&p->reserved_peak);
     s->cached_bytes = heap_free + s->pending_bytes;

@@ -43,6 +43,9 @@ typedef struct gp_stream_state {
     /* Counters owned by this stream (summed by gp_get_stats); live blocks are live.count. */
     uint64_t num_allocs, num_frees;
     size_t requested_bytes; /* sizes asked for by the LIVE blocks of this stream's segments */
+    size_t allocated_bytes; /* their rounded sizes: exact */
+    /* allocated_bytes not yet added to the pool's shared total (see gp_account in pool_state.h) */
+    int64_t unflushed;
     uint64_t size_class_allocs[GP_SIZE_CLASS_COUNT];
 } gp_stream_state;
 
