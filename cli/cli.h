@@ -1,0 +1,12 @@
+/*
+ * cli.h — the subcommands of the `gpupool` program (main.c dispatches to them).
+ */
+#ifndef GP_CLI_H
+#define GP_CLI_H
+
+/* Each takes argv with argv[0] the subcommand's name and returns the process exit status
+ * (0 success, 1 failure, 2 usage error). */
+int gp_cmd_replay(int argc, char **argv);
+int gp_cmd_demo(int argc, char **argv);
+
+#endif /* GP_CLI_H */

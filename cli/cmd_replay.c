@@ -1,0 +1,330 @@
+/*
+ * cmd_replay.c — `gpupool replay`: replays allocation traces on the simulated GPU and reports
+ * fragmentation (peak reserved over peak live), device calls and host time per event.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "format.h"
+#include "replay.h"
+#include "svg.h"
+#include "trace.h"
+
+static const char replay_usage[] =
+    "usage: gpupool replay [--device-memory SIZE] [--conf CONF] [--repeat N] [--json] [--plot FILE.svg]\n"
+    "                      TRACE...\n"
+    "\n"
+    "Replays each allocation trace (RMM's CSV allocation log: Thread,Time,Action,Pointer,Size,Stream)\n"
+    "through a gpupool pool on the simulated GPU, each trace stream on its own simulated stream, and\n"
+    "reports peak live bytes, peak reserved bytes, their ratio, device calls, failed allocations and\n"
+    "host time per event.\n"
+    "\n"
+    "  --device-memory SIZE  capacity of the simulated GPU (default 80GiB; sizes take KiB/MiB/GiB)\n"
+    "  --conf CONF           pool configuration, \"key:value,...\" (see `gpupool help config`)\n"
+    "  --repeat N            replay each trace N times on one pool, freeing what is live in between\n"
+    "                        (as a training loop would); time per event is the median over passes\n"
+    "  --json                print exactly one JSON object on stdout\n"
+    "  --plot FILE.svg       draw live and reserved bytes over the replay(s) into FILE.svg\n";
+
+/* Plot data: one bucket per x pixel-ish, holding the largest live and reserved seen in it. */
+#define PLOT_BUCKETS 1200u
+
+typedef struct plot_data {
+    size_t total;     /* events observed in all passes */
+    size_t buckets;
+    double *x;        /* first event index of each bucket */
+    double *live;
+    double *reserved;
+    double *allocated;
+} plot_data;
+
+static void plot_observe(void *opaque, unsigned repeat, size_t index, uint64_t live, const gp_stats *stats)
+{
+    (void)repeat;
+    plot_data *p = opaque;
+    size_t b = p->total ? index * p->buckets / p->total : 0;
+    if (b >= p->buckets)
+        b = p->buckets - 1;
+    if ((double)live > p->live[b])
+        p->live[b] = (double)live;
+    if ((double)stats->reserved_bytes > p->reserved[b])
+        p->reserved[b] = (double)stats->reserved_bytes;
+    if ((double)stats->allocated_bytes > p->allocated[b])
+        p->allocated[b] = (double)stats->allocated_bytes;
+}
+
+static void json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static const char *base_name(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+static void print_text(const gp_trace *t, const gp_replay_result *r)
+{
+    char a[GP_SIZE_TEXT_MAX], b[GP_SIZE_TEXT_MAX];
+    printf("%s\n", t->path);
+    printf("  events                %llu per pass (%zu allocations, %zu frees, %zu allocate failures), "
+           "%zu stream%s, %u pass%s\n",
+           (unsigned long long)r->events, t->num_allocs, t->num_frees, t->num_alloc_failures, t->num_streams,
+           t->num_streams == 1 ? "" : "s", r->repeats, r->repeats == 1 ? "" : "es");
+    printf("  peak live             %s (%llu B)\n", gp_format_size(r->peak_live_bytes, a),
+           (unsigned long long)r->peak_live_bytes);
+    printf("  peak reserved         %s (%llu B)\n", gp_format_size(r->peak_reserved_bytes, b),
+           (unsigned long long)r->peak_reserved_bytes);
+    printf("  reserved / live       %.3f\n", r->reserved_over_live);
+    printf("  device calls          %llu allocate, %llu free; %llu in the first pass, %llu in the last\n",
+           (unsigned long long)r->device_alloc_calls, (unsigned long long)r->device_free_calls,
+           (unsigned long long)r->device_calls_first_repeat, (unsigned long long)r->device_calls_last_repeat);
+    printf("  failed allocations    %llu\n", (unsigned long long)r->failed_allocations);
+    if (r->first_failure[0])
+        printf("  first failure         %s\n", r->first_failure);
+    double eps = r->host_ns_per_event > 0 ? 1e9 / r->host_ns_per_event : 0.0;
+    printf("  host time             %.1f ns/event, median of %u pass%s (%.2f M events/s; first pass %.1f ns)\n",
+           r->host_ns_per_event, r->repeats, r->repeats == 1 ? "" : "es", eps / 1e6, r->host_ns_per_event_first);
+}
+
+static void print_json_trace(FILE *f, const gp_trace *t, const gp_replay_result *r, const char *dm,
+                             const char *conf)
+{
+    double eps = r->host_ns_per_event > 0 ? 1e9 / r->host_ns_per_event : 0.0;
+    fputs("{\"path\":", f);
+    json_string(f, t->path);
+    fprintf(f,
+            ",\"events\":%llu,\"peak_live_bytes\":%llu,\"peak_reserved_bytes\":%llu,"
+            "\"reserved_over_live\":%.6f,\"device_alloc_calls\":%llu,\"device_free_calls\":%llu,"
+            "\"device_calls_last_repeat\":%llu,\"failed_allocations\":%llu,\"host_ns_per_event\":%.3f,"
+            "\"events_per_second\":%.0f,\"repeats\":%u,\"device_calls_first_repeat\":%llu,"
+            "\"peak_allocated_bytes\":%llu,\"sim_peak_bytes\":%llu,\"host_ns_per_event_min\":%.3f,"
+            "\"host_ns_per_event_max\":%.3f,\"host_ns_per_event_first\":%.3f,\"allocations\":%zu,"
+            "\"frees\":%zu,\"trace_allocate_failures\":%zu,\"unknown_frees\":%zu,\"double_allocations\":%zu,"
+            "\"streams\":%zu,\"threads\":%zu,\"failed_frees\":%llu,\"segments_end\":%llu,\"device_memory\":",
+            (unsigned long long)r->events, (unsigned long long)r->peak_live_bytes,
+            (unsigned long long)r->peak_reserved_bytes, r->reserved_over_live,
+            (unsigned long long)r->device_alloc_calls, (unsigned long long)r->device_free_calls,
+            (unsigned long long)r->device_calls_last_repeat, (unsigned long long)r->failed_allocations,
+            r->host_ns_per_event, eps, r->repeats, (unsigned long long)r->device_calls_first_repeat,
+            (unsigned long long)r->peak_allocated_bytes, (unsigned long long)r->sim_peak_bytes,
+            r->host_ns_per_event_min, r->host_ns_per_event_max, r->host_ns_per_event_first, t->num_allocs,
+            t->num_frees, t->num_alloc_failures, t->unknown_frees, t->double_allocs, t->num_streams,
+            t->num_threads, (unsigned long long)r->failed_frees, (unsigned long long)r->segments_end);
+    json_string(f, dm);
+    fputs(",\"conf\":", f);
+    json_string(f, conf);
+    fputs(",\"first_failure\":", f);
+    json_string(f, r->first_failure);
+    fprintf(f, ",\"pool\":%s}", r->stats_json[0] ? r->stats_json : "null");
+}
+
+int gp_cmd_replay(int argc, char **argv)
+{
+    const char *dm = GP_REPLAY_DEFAULT_DEVICE_MEMORY;
+    const char *conf = "";
+    const char *plot = NULL;
+    unsigned repeat = 1;
+    int json = 0;
+    int first_trace = argc;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *value = NULL;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            fputs(replay_usage, stdout);
+            return 0;
+        }
+        if (strcmp(a, "--json") == 0) {
+            json = 1;
+            continue;
+        }
+        if (strcmp(a, "--") == 0) {
+            first_trace = i + 1;
+            break;
+        }
+        if (a[0] != '-') {
+            first_trace = i;
+            break;
+        }
+        const char *names[] = {"--device-memory", "--conf", "--repeat", "--plot"};
+        int which = -1;
+        for (int k = 0; k < 4; k++) {
+            size_t n = strlen(names[k]);
+            if (strncmp(a, names[k], n) == 0 && (a[n] == '\0' || a[n] == '=')) {
+                which = k;
+                if (a[n] == '=')
+                    value = a + n + 1;
+                else if (i + 1 < argc)
+                    value = argv[++i];
+                break;
+            }
+        }
+        if (which < 0) {
+            fprintf(stderr, "gpupool replay: unknown option %s\n\n%s", a, replay_usage);
+            return 2;
+        }
+        if (value == NULL) {
+            fprintf(stderr, "gpupool replay: %s needs a value\n", names[which]);
+            return 2;
+        }
+        if (which == 0) {
+            dm = value;
+        } else if (which == 1) {
+            conf = value;
+        } else if (which == 2) {
+            char *end;
+            unsigned long n = strtoul(value, &end, 10);
+            if (*end != '\0' || n == 0 || n > GP_REPLAY_MAX_TIMED_REPEATS) {
+                fprintf(stderr, "gpupool replay: --repeat %s: expected a count from 1 to %u\n", value,
+                        GP_REPLAY_MAX_TIMED_REPEATS);
+                return 2;
+            }
+            repeat = (unsigned)n;
+        } else {
+            plot = value;
+        }
+    }
+    if (first_trace >= argc) {
+        fprintf(stderr, "gpupool replay: no trace given\n\n%s", replay_usage);
+        return 2;
+    }
+    int num_traces = argc - first_trace;
+    gp_svg_panel *panels = plot ? calloc((size_t)num_traces, sizeof *panels) : NULL;
+    gp_svg_series *series = plot ? calloc((size_t)num_traces * 3, sizeof *series) : NULL;
+    plot_data *plots = plot ? calloc((size_t)num_traces, sizeof *plots) : NULL;
+    char **titles = plot ? calloc((size_t)num_traces, sizeof *titles) : NULL;
+    if (plot && (panels == NULL || series == NULL || plots == NULL || titles == NULL)) {
+        fprintf(stderr, "gpupool replay: out of host memory\n");
+        return 1;
+    }
+
+    int status = 0;
+    if (json)
+        fputs("{\"traces\":[", stdout);
+    for (int ti = 0; ti < num_traces; ti++) {
+        const char *path = argv[first_trace + ti];
+        gp_trace trace;
+        char err[1024];
+        if (gp_trace_read(&trace, path, err, sizeof err) != 0) {
+            fprintf(stderr, "gpupool replay: %s\n", err);
+            status = 1;
+            break;
+        }
+        if (trace.unknown_frees)
+            fprintf(stderr,
+                    "gpupool replay: %s: %zu free%s of pointers the trace never allocated (first at %s:%zu); "
+                    "counted, not replayed\n",
+                    path, trace.unknown_frees, trace.unknown_frees == 1 ? "" : "s", path,
+                    trace.first_unknown_free_line);
+        if (trace.double_allocs)
+            fprintf(stderr,
+                    "gpupool replay: %s: %zu allocation%s of a pointer already live (first at %s:%zu); the "
+                    "older allocation stays live until the end of the pass\n",
+                    path, trace.double_allocs, trace.double_allocs == 1 ? "" : "s", path,
+                    trace.first_double_alloc_line);
+        gp_replay_options opt = {.device_memory = dm, .conf = conf, .repeat = repeat};
+        gp_replay_result *res = malloc(sizeof *res);
+        if (res == NULL) {
+            fprintf(stderr, "gpupool replay: out of host memory\n");
+            gp_trace_free(&trace);
+            status = 1;
+            break;
+        }
+        if (gp_replay_run(&trace, &opt, res, err, sizeof err) != 0) {
+            fprintf(stderr, "gpupool replay: %s: %s\n", path, err);
+            free(res);
+            gp_trace_free(&trace);
+            status = 1;
+            break;
+        }
+        if (json) {
+            if (ti > 0)
+                fputc(',', stdout);
+            print_json_trace(stdout, &trace, res, dm, conf);
+        } else {
+            if (ti > 0)
+                putchar('\n');
+            print_text(&trace, res);
+        }
+        if (plot) {
+            /* a second, observed run (stats after every event), so that the timed run stays clean */
+            plot_data *pd = &plots[ti];
+            pd->total = trace.num_events * repeat;
+            pd->buckets = pd->total < PLOT_BUCKETS ? (pd->total ? pd->total : 1) : PLOT_BUCKETS;
+            pd->x = calloc(pd->buckets, sizeof *pd->x);
+            pd->live = calloc(pd->buckets, sizeof *pd->live);
+            pd->reserved = calloc(pd->buckets, sizeof *pd->reserved);
+            pd->allocated = calloc(pd->buckets, sizeof *pd->allocated);
+            titles[ti] = malloc(512);
+            gp_replay_result *observed = malloc(sizeof *observed);
+            if (!pd->x || !pd->live || !pd->reserved || !pd->allocated || !titles[ti] || !observed) {
+                fprintf(stderr, "gpupool replay: out of host memory\n");
+                status = 1;
+            } else {
+                for (size_t b = 0; b < pd->buckets; b++)
+                    pd->x[b] = pd->total ? (double)((b * pd->total + pd->buckets - 1) / pd->buckets) : 0.0;
+                opt.observe = plot_observe;
+                opt.opaque = pd;
+                if (gp_replay_run(&trace, &opt, observed, err, sizeof err) != 0) {
+                    fprintf(stderr, "gpupool replay: %s: %s\n", path, err);
+                    status = 1;
+                }
+                snprintf(titles[ti], 512, "%s: peak reserved / peak live = %.3f, %u pass%s",
+                         base_name(path), res->reserved_over_live, repeat, repeat == 1 ? "" : "es");
+                gp_svg_series *s = &series[ti * 3];
+                s[0] = (gp_svg_series){.name = "reserved (device memory held by the pool)", .color = "#d62728",
+                                       .y = pd->reserved, .filled = 1};
+                s[1] = (gp_svg_series){.name = "allocated (blocks handed out, 512 B rounded)",
+                                       .color = "#7f7f7f", .y = pd->allocated, .dashed = 1};
+                s[2] = (gp_svg_series){.name = "live (requested bytes)", .color = "#1f77b4", .y = pd->live};
+                panels[ti] = (gp_svg_panel){.title = titles[ti], .x_label = "event (all passes)", .x = pd->x,
+                                            .n = pd->buckets, .series = s, .num_series = 3};
+            }
+            free(observed);
+        }
+        free(res);
+        gp_trace_free(&trace);
+        if (status != 0)
+            break;
+    }
+    if (json)
+        fputs("]}\n", stdout);
+    if (plot && status == 0) {
+        char err[1024];
+        if (gp_svg_write(plot, "gpupool replay on the simulated GPU", panels, (size_t)num_traces, err,
+                         sizeof err) != 0) {
+            fprintf(stderr, "gpupool replay: %s\n", err);
+            status = 1;
+        } else if (!json) {
+            printf("\nplot written to %s\n", plot);
+        }
+    }
+    if (plot) {
+        for (int ti = 0; ti < num_traces; ti++) {
+            free(plots[ti].x);
+            free(plots[ti].live);
+            free(plots[ti].reserved);
+            free(plots[ti].allocated);
+            free(titles[ti]);
+        }
+        free(plots);
+        free(titles);
+        free(panels);
+        free(series);
+    }
+    return status;
+}

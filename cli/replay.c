@@ -1,0 +1,263 @@
+/*
+ * replay.c — runs a parsed trace through a pool on the simulated GPU (see replay.h).
+ *
+ * Bookkeeping per event is one array access: the trace reader already turned every pointer into an
+ * allocation slot, so pool pointers live in ptrs[slot]. Invariant between events:
+ *     live == sum of trace->slot_size[s] over the slots s with ptrs[s] != NULL
+ * (an allocation of size 0 succeeds with NULL and adds nothing, so it needs no slot state).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "replay.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gpupool_sim.h"
+
+static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err != NULL && errlen > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int compare_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void note_failure(gp_replay_result *r, const char *what, int rc)
+{
+    if (r->first_failure[0] != '\0')
+        return;
+    const char *msg = gp_last_error();
+    snprintf(r->first_failure, sizeof r->first_failure, "%s: %s", what, msg[0] ? msg : gp_strerror(rc));
+}
+
+typedef struct replay_state {
+    gp_pool *pool;
+    gp_sim *sim;
+    gp_stream *streams; /* per trace stream index */
+    void **ptrs;        /* per slot: the pool's pointer, NULL when not live (or of size 0) */
+    uint64_t live;
+    uint64_t peak_live;
+} replay_state;
+
+/* The timed pass: nothing but the pool calls and the live sum. */
+static void run_pass(const gp_trace *t, replay_state *s, gp_replay_result *r)
+{
+    const gp_trace_event *ev = t->events;
+    const gp_trace_event *end = ev + t->num_events;
+    gp_pool *pool = s->pool;
+    gp_stream *streams = s->streams;
+    void **ptrs = s->ptrs;
+    uint64_t live = s->live, peak = s->peak_live;
+    for (; ev < end; ev++) {
+        if (ev->kind == GP_EV_ALLOC) {
+            void *p;
+            int rc = gp_alloc(pool, &p, ev->size, streams[ev->stream]);
+            if (rc == GP_OK) {
+                ptrs[ev->slot] = p; /* NULL for size 0, which then adds nothing to live */
+                live += ev->size;
+                if (live > peak)
+                    peak = live;
+            } else {
+                r->failed_allocations++;
+                note_failure(r, "allocate", rc);
+            }
+        } else if (ev->kind == GP_EV_FREE) {
+            if (ptrs[ev->slot] != NULL) {
+                int rc = gp_free(pool, ptrs[ev->slot], streams[ev->stream]);
+                if (rc != GP_OK) {
+                    r->failed_frees++;
+                    note_failure(r, "free", rc);
+                }
+                ptrs[ev->slot] = NULL;
+                live -= ev->size;
+            }
+        }
+    }
+    s->live = live;
+    s->peak_live = peak;
+}
+
+/* The observed pass: the same, with a stats snapshot and a callback after every event. */
+static void run_pass_observed(const gp_trace *t, replay_state *s, gp_replay_result *r,
+                              const gp_replay_options *o, unsigned repeat)
+{
+    gp_stats stats;
+    for (size_t i = 0; i < t->num_events; i++) {
+        const gp_trace_event *ev = &t->events[i];
+        if (ev->kind == GP_EV_ALLOC) {
+            void *p;
+            int rc = gp_alloc(s->pool, &p, ev->size, s->streams[ev->stream]);
+            if (rc == GP_OK) {
+                s->ptrs[ev->slot] = p;
+                s->live += ev->size;
+                if (s->live > s->peak_live)
+                    s->peak_live = s->live;
+            } else {
+                r->failed_allocations++;
+                note_failure(r, "allocate", rc);
+            }
+        } else if (ev->kind == GP_EV_FREE && s->ptrs[ev->slot] != NULL) {
+            int rc = gp_free(s->pool, s->ptrs[ev->slot], s->streams[ev->stream]);
+            if (rc != GP_OK) {
+                r->failed_frees++;
+                note_failure(r, "free", rc);
+            }
+            s->ptrs[ev->slot] = NULL;
+            s->live -= ev->size;
+        }
+        memset(&stats, 0, sizeof stats);
+        stats.size = sizeof stats;
+        stats.version = GP_STATS_VERSION;
+        if (gp_get_stats(s->pool, &stats) != GP_OK)
+            memset(&stats, 0, sizeof stats);
+        o->observe(o->opaque, repeat, (size_t)repeat * t->num_events + i, s->live, &stats);
+    }
+}
+
+/* Frees what the pass left live, each on the stream it was allocated on. */
+static void free_live(const gp_trace *t, replay_state *s, gp_replay_result *r)
+{
+    for (size_t slot = 0; slot < t->num_allocs; slot++) {
+        if (s->ptrs[slot] == NULL)
+            continue;
+        int rc = gp_free(s->pool, s->ptrs[slot], s->streams[t->slot_stream[slot]]);
+        if (rc != GP_OK) {
+            r->failed_frees++;
+            note_failure(r, "free", rc);
+        }
+        s->ptrs[slot] = NULL;
+    }
+    s->live = 0;
+}
+
+static uint64_t device_calls(gp_sim *sim)
+{
+    return gp_sim_calls(sim, GP_SIM_CALL_MEM_ALLOC | GP_SIM_CALL_MEM_FREE);
+}
+
+int gp_replay_run(const gp_trace *trace, const gp_replay_options *options, gp_replay_result *result,
+                  char *err, size_t errlen)
+{
+    gp_replay_options defaults = {0};
+    const gp_replay_options *o = options ? options : &defaults;
+    gp_replay_result *r = result;
+    memset(r, 0, sizeof *r);
+    unsigned repeats = o->repeat ? o->repeat : 1;
+    r->repeats = repeats;
+    r->events = trace->num_events;
+    r->trace_alloc_failures = trace->num_alloc_failures;
+
+    const char *dm = o->device_memory && o->device_memory[0] ? o->device_memory
+                                                             : GP_REPLAY_DEFAULT_DEVICE_MEMORY;
+    const char *conf = o->conf ? o->conf : "";
+    size_t cfg_len = strlen(dm) + strlen(conf) + 32;
+    char *cfg = malloc(cfg_len);
+    replay_state s = {0};
+    double *ns = malloc(repeats * sizeof *ns);
+    s.streams = calloc(trace->num_streams ? trace->num_streams : 1, sizeof *s.streams);
+    s.ptrs = calloc(trace->num_allocs ? trace->num_allocs : 1, sizeof *s.ptrs);
+    int ret = 0;
+    if (cfg == NULL || ns == NULL || s.streams == NULL || s.ptrs == NULL) {
+        ret = fail(err, errlen, "%s: out of host memory", trace->path);
+        goto out;
+    }
+    snprintf(cfg, cfg_len, "device_memory:%s%s%s", dm, conf[0] ? "," : "", conf);
+    int rc = gp_pool_create(&s.pool, 0, "sim", cfg);
+    if (rc != GP_OK) {
+        ret = fail(err, errlen, "cannot create a pool with \"%s\": %s: %s", cfg, gp_strerror(rc),
+                   gp_last_error());
+        s.pool = NULL;
+        goto out;
+    }
+    s.sim = gp_sim_of(s.pool);
+    if (s.sim == NULL) {
+        ret = fail(err, errlen, "the pool has no simulated GPU behind it");
+        goto out;
+    }
+    for (size_t i = 0; i < trace->num_streams; i++)
+        s.streams[i] = trace->streams[i] == 0 ? NULL : gp_sim_stream_create(s.sim);
+
+    uint64_t calls_before_pass = device_calls(s.sim);
+    for (unsigned rep = 0; rep < repeats; rep++) {
+        calls_before_pass = device_calls(s.sim);
+        if (o->observe) {
+            uint64_t t0 = now_ns();
+            run_pass_observed(trace, &s, r, o, rep);
+            ns[rep] = (double)(now_ns() - t0);
+        } else {
+            uint64_t t0 = now_ns();
+            run_pass(trace, &s, r);
+            ns[rep] = (double)(now_ns() - t0);
+        }
+        ns[rep] = trace->num_events ? ns[rep] / (double)trace->num_events : 0.0;
+        free_live(trace, &s, r);
+        gp_sim_synchronize(s.sim);
+        uint64_t calls = device_calls(s.sim) - calls_before_pass;
+        if (rep == 0)
+            r->device_calls_first_repeat = calls;
+        r->device_calls_last_repeat = calls;
+    }
+
+    gp_stats stats;
+    memset(&stats, 0, sizeof stats);
+    stats.size = sizeof stats;
+    stats.version = GP_STATS_VERSION;
+    rc = gp_get_stats(s.pool, &stats);
+    if (rc != GP_OK) {
+        ret = fail(err, errlen, "gp_get_stats: %s: %s", gp_strerror(rc), gp_last_error());
+        goto out;
+    }
+    size_t needed = 0;
+    if (gp_stats_json(s.pool, r->stats_json, sizeof r->stats_json, &needed) != GP_OK ||
+        needed >= sizeof r->stats_json)
+        snprintf(r->stats_json, sizeof r->stats_json, "null");
+    gp_sim_report report;
+    gp_sim_get_report(s.sim, &report);
+
+    r->peak_live_bytes = s.peak_live;
+    r->peak_reserved_bytes = stats.reserved_bytes_peak;
+    r->peak_allocated_bytes = stats.allocated_bytes_peak;
+    r->sim_peak_bytes = report.allocated_peak;
+    r->segments_end = stats.segments;
+    r->reserved_over_live = s.peak_live ? (double)stats.reserved_bytes_peak / (double)s.peak_live : 0.0;
+    r->device_alloc_calls = gp_sim_calls(s.sim, GP_SIM_CALL_MEM_ALLOC);
+    r->device_free_calls = gp_sim_calls(s.sim, GP_SIM_CALL_MEM_FREE);
+
+    r->host_ns_per_event_first = ns[0];
+    qsort(ns, repeats, sizeof *ns, compare_double);
+    r->host_ns_per_event_min = ns[0];
+    r->host_ns_per_event_max = ns[repeats - 1];
+    r->host_ns_per_event = repeats % 2 ? ns[repeats / 2] : (ns[repeats / 2 - 1] + ns[repeats / 2]) / 2.0;
+
+out:
+    if (s.pool != NULL) {
+        gp_leak_report leaks;
+        gp_pool_destroy(s.pool, &leaks);
+    }
+    free(cfg);
+    free(ns);
+    free(s.streams);
+    free(s.ptrs);
+    return ret;
+}

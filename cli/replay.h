@@ -1,0 +1,67 @@
+/*
+ * replay.h — replaying a parsed trace through a gpupool pool on the simulated GPU.
+ *
+ * One pool per replay, created with backend "sim" and "device_memory:<size>,<conf>". Each distinct
+ * trace stream gets its own simulated stream (stream 0x0 is the default stream, NULL). With
+ * repeat = N the trace runs N times in a row on the same pool; after each pass every allocation the
+ * pass left live is freed on its stream and the sim is synchronised, as between two steps of a
+ * training loop. Only the event loop of each pass is timed (CLOCK_MONOTONIC).
+ *
+ * Live bytes are the replayer's own sum of requested sizes of the allocations that succeeded.
+ */
+#ifndef GP_CLI_REPLAY_H
+#define GP_CLI_REPLAY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpupool.h"
+#include "trace.h"
+
+#define GP_REPLAY_DEFAULT_DEVICE_MEMORY "80GiB"
+
+/* Called after every event when set (this makes the replay slow: it takes a stats snapshot per event).
+ * `index` counts events from 0 across all repeats; live_bytes is the replayer's live sum. */
+typedef void (*gp_replay_observer)(void *opaque, unsigned repeat, size_t index, uint64_t live_bytes,
+                                   const gp_stats *stats);
+
+typedef struct gp_replay_options {
+    const char *device_memory; /* the sim's capacity as a config value ("80GiB"); NULL = the default */
+    const char *conf;          /* more pool configuration, "key:value,..."; NULL or "" = none */
+    unsigned repeat;           /* passes over the trace; 0 is taken as 1 */
+    gp_replay_observer observe;
+    void *opaque;
+} gp_replay_options;
+
+#define GP_REPLAY_MAX_TIMED_REPEATS 1024u
+
+typedef struct gp_replay_result {
+    uint64_t events;               /* events per pass (allocate, free, allocate failure lines) */
+    unsigned repeats;
+    uint64_t peak_live_bytes;      /* largest sum of requested sizes live at once */
+    uint64_t peak_reserved_bytes;  /* the pool's reserved_bytes_peak */
+    uint64_t peak_allocated_bytes; /* the pool's allocated_bytes_peak (rounded block sizes) */
+    uint64_t sim_peak_bytes;       /* the sim's own peak of device memory allocated (2 MiB pages) */
+    double reserved_over_live;     /* peak_reserved_bytes / peak_live_bytes */
+    uint64_t device_alloc_calls;   /* device allocate calls, all passes */
+    uint64_t device_free_calls;    /* device free calls, all passes */
+    uint64_t device_calls_last_repeat; /* device allocate + free calls in the last pass */
+    uint64_t device_calls_first_repeat;
+    uint64_t failed_allocations;   /* gp_alloc failures, all passes */
+    uint64_t failed_frees;         /* gp_free failures (a pool bug if ever non-zero) */
+    uint64_t trace_alloc_failures; /* `allocate failure` lines per pass (not replayed) */
+    uint64_t segments_end;         /* device allocations the pool held after the last pass */
+    double host_ns_per_event;      /* median over passes of (loop time / events) */
+    double host_ns_per_event_min;
+    double host_ns_per_event_max;
+    double host_ns_per_event_first; /* the first (cold) pass */
+    char first_failure[256];       /* gp_last_error() of the first failed call, "" if none */
+    char stats_json[8192];         /* gp_stats_json after the last pass, before the pool is destroyed */
+} gp_replay_result;
+
+/* Replays `trace`. Returns 0, or -1 with a message in err when the pool cannot be created or another
+ * setup step fails (failed allocations during the replay are counted, not errors). */
+int gp_replay_run(const gp_trace *trace, const gp_replay_options *options, gp_replay_result *result,
+                  char *err, size_t errlen);
+
+#endif /* GP_CLI_REPLAY_H */
