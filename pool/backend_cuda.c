@@ -101,7 +101,7 @@ static int cuda_open(const struct gp_config *cfg, int device, void **out)
     }
 
     gp_cuda_ctx probe = {.device = device};
-    int prev;
+    int prev = -1;
     int rc = device_enter(&probe, "open", &prev);
     if (rc != GP_OK) {
         gp_error_append(" (cuda backend unavailable for device %d)", device);
@@ -140,7 +140,7 @@ static int cuda_mem_alloc(void *opaque, size_t size, gp_devptr *out)
 {
     const gp_cuda_ctx *ctx = opaque;
     char text[GP_SIZE_TEXT_MAX];
-    int prev;
+    int prev = -1;
     int rc = device_enter(ctx, "mem_alloc", &prev);
     if (rc != GP_OK)
         return rc;
@@ -176,7 +176,7 @@ static int cuda_mem_free(void *opaque, gp_devptr ptr, size_t size)
 {
     const gp_cuda_ctx *ctx = opaque;
     char text[GP_SIZE_TEXT_MAX];
-    int prev;
+    int prev = -1;
     int rc = device_enter(ctx, "mem_free", &prev);
     if (rc != GP_OK)
         return rc;
@@ -194,7 +194,7 @@ static int cuda_mem_free(void *opaque, gp_devptr ptr, size_t size)
 static int cuda_mem_info(void *opaque, size_t *free_bytes, size_t *total_bytes)
 {
     const gp_cuda_ctx *ctx = opaque;
-    int prev;
+    int prev = -1;
     int rc = device_enter(ctx, "mem_info", &prev);
     if (rc != GP_OK)
         return rc;
@@ -215,7 +215,7 @@ static int cuda_mem_info(void *opaque, size_t *free_bytes, size_t *total_bytes)
 static int cuda_event_create(void *opaque, gp_event *out)
 {
     const gp_cuda_ctx *ctx = opaque;
-    int prev;
+    int prev = -1;
     int rc = device_enter(ctx, "event_create", &prev);
     if (rc != GP_OK)
         return rc;
@@ -237,7 +237,7 @@ static int cuda_event_create(void *opaque, gp_event *out)
 static int cuda_event_destroy(void *opaque, gp_event ev)
 {
     const gp_cuda_ctx *ctx = opaque;
-    int prev;
+    int prev = -1;
     int rc = device_enter(ctx, "event_destroy", &prev);
     if (rc != GP_OK)
         return rc;
@@ -256,7 +256,7 @@ static int cuda_event_destroy(void *opaque, gp_event ev)
 static int cuda_event_record(void *opaque, gp_event ev, gp_stream stream)
 {
     const gp_cuda_ctx *ctx = opaque;
-    int prev;
+    int prev = -1;
     int rc = device_enter(ctx, "event_record", &prev);
     if (rc != GP_OK)
         return rc;
@@ -276,7 +276,7 @@ static int cuda_event_record(void *opaque, gp_event ev, gp_stream stream)
 static int cuda_event_query(void *opaque, gp_event ev)
 {
     const gp_cuda_ctx *ctx = opaque;
-    int prev;
+    int prev = -1;
     int rc = device_enter(ctx, "event_query", &prev);
     if (rc != GP_OK)
         return rc;
@@ -296,7 +296,7 @@ static int cuda_event_query(void *opaque, gp_event ev)
 static int cuda_event_synchronize(void *opaque, gp_event ev)
 {
     const gp_cuda_ctx *ctx = opaque;
-    int prev;
+    int prev = -1;
     int rc = device_enter(ctx, "event_synchronize", &prev);
     if (rc != GP_OK)
         return rc;
@@ -315,7 +315,7 @@ static int cuda_event_synchronize(void *opaque, gp_event ev)
 static int cuda_stream_wait_event(void *opaque, gp_stream stream, gp_event ev)
 {
     const gp_cuda_ctx *ctx = opaque;
-    int prev;
+    int prev = -1;
     int rc = device_enter(ctx, "stream_wait_event", &prev);
     if (rc != GP_OK)
         return rc;

@@ -45,6 +45,7 @@ typedef struct gpsim_memory {
     size_t capacity;       /* device memory: device_memory rounded up to 2 MiB */
     size_t span;           /* bytes of address space mapped: capacity * GPSIM_SPAN_FACTOR */
     size_t page_count;     /* span / GPSIM_PAGE_SIZE */
+    size_t first_free_hint; /* no page below this one is free: first-fit scans start here */
     uint64_t *page_used;   /* bit p set: page p belongs to a live allocation */
     gpsim_allocation *ledger;
     size_t ledger_count, ledger_capacity;

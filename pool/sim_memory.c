@@ -110,7 +110,7 @@ static void pages_set(gpsim_memory *mem, size_t first, size_t count, bool used)
 static bool pages_find_run(const gpsim_memory *mem, size_t count, size_t *first)
 {
     size_t run_start = 0, run_len = 0;
-    size_t p = 0;
+    size_t p = mem->first_free_hint & ~(size_t)63;
     while (p < mem->page_count) {
         if (p % 64 == 0 && mem->page_used[p / 64] == UINT64_MAX) { /* skip full words */
             run_len = 0;
@@ -176,6 +176,8 @@ int gpsim_memory_alloc(gpsim_memory *mem, size_t size, gp_devptr *out)
     mem->ledger[slot] = (gpsim_allocation){.addr = addr, .size = size};
     mem->ledger_count++;
     pages_set(mem, first, pages, true);
+    if (first <= mem->first_free_hint)
+        mem->first_free_hint = first + pages;
     mem->allocated_bytes += size;
     if (mem->allocated_bytes > mem->allocated_peak)
         mem->allocated_peak = mem->allocated_bytes;
@@ -198,7 +200,10 @@ void gpsim_memory_free(gpsim_memory *mem, gp_devptr addr, size_t size)
         fprintf(stderr, "gpupool sim: madvise(DONTNEED) failed: %s\n", strerror(errno));
         abort();
     }
-    pages_set(mem, (size_t)((unsigned char *)addr - mem->base) / GPSIM_PAGE_SIZE, size / GPSIM_PAGE_SIZE, false);
+    size_t first_page = (size_t)((unsigned char *)addr - mem->base) / GPSIM_PAGE_SIZE;
+    pages_set(mem, first_page, size / GPSIM_PAGE_SIZE, false);
+    if (first_page < mem->first_free_hint)
+        mem->first_free_hint = first_page;
     memmove(&mem->ledger[i], &mem->ledger[i + 1], (mem->ledger_count - i - 1) * sizeof mem->ledger[0]);
     mem->ledger_count--;
     mem->allocated_bytes -= size;
