@@ -1,0 +1,727 @@
+/*
+ * test_stream_order.c — the stream-ordering semantics of gp_alloc / gp_free / gp_record_stream,
+ * checked against the simulated GPU's own ledger (race checker, patterns, call counts), not against
+ * the pool's idea of itself.
+ *
+ * Each test builds one small situation on two streams S and T:
+ *   - a block freed on S is reused on S at once, with no device call;
+ *   - it is not handed to T while S's kernel on it still runs (T's kernel would race);
+ *   - once S's work has completed, T may steal S's wholly free segment;
+ *   - record_stream keeps a block from S until T's kernel has completed;
+ *   - a free on T of a block allocated on S waits for T's work;
+ *   - destroy with pending blocks leaks nothing;
+ *   - on device OOM, T takes S's busy free segment by waiting on S's event (steal_wait), or, with
+ *     steal_wait off, by releasing it (which synchronises the device).
+ * A test may fail by a race, a pattern mismatch, a bad device call, or a leak the sim reports.
+ */
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "gpupool.h"
+#include "gpupool_sim.h"
+
+#define KIB ((size_t)1 << 10)
+#define MIB ((size_t)1 << 20)
+#define LONG_NS 1000000u /* a kernel that is "still running" */
+#define SHORT_NS 100u
+
+static gp_pool *pool;
+static gp_sim *sim;
+static gp_stream S, T;
+
+static void open_pool(const char *config)
+{
+    int rc = gp_pool_create(&pool, 0, "sim", config);
+    cr_assert_eq(rc, GP_OK, "gp_pool_create(%s): %s", config, gp_last_error());
+    sim = gp_sim_of(pool);
+    cr_assert_not_null(sim);
+    gp_sim_retain(sim); /* keep the ledger readable after gp_pool_destroy */
+    S = gp_sim_stream_create(sim);
+    T = gp_sim_stream_create(sim);
+    cr_assert(S != NULL && T != NULL && S != T);
+}
+
+static gp_stats stats(void)
+{
+    gp_stats s;
+    memset(&s, 0, sizeof s);
+    s.size = sizeof s;
+    s.version = GP_STATS_VERSION;
+    cr_assert_eq(gp_get_stats(pool, &s), GP_OK, "gp_get_stats: %s", gp_last_error());
+    return s;
+}
+
+static gp_sim_report report(void)
+{
+    gp_sim_report r;
+    gp_sim_get_report(sim, &r);
+    return r;
+}
+
+/* No race, no mismatch, no bad call so far: the sim's first violation says what went wrong. */
+static void assert_clean(const char *when)
+{
+    gp_sim_report r = report();
+    cr_assert_eq(r.races, 0, "%s: %llu races: %s", when, (unsigned long long)r.races, gp_sim_first_violation(sim));
+    cr_assert_eq(r.pattern_mismatches, 0, "%s: %llu pattern mismatches: %s", when,
+                 (unsigned long long)r.pattern_mismatches, gp_sim_first_violation(sim));
+    cr_assert_eq(r.bad_calls, 0, "%s: %llu bad device calls: %s", when, (unsigned long long)r.bad_calls,
+                 gp_sim_first_violation(sim));
+}
+
+/* T got memory that S's running kernel still uses: the pool must have ordered T after S, either by a
+ * stream wait, or by giving the segment back to the device (a device free waits for all device work,
+ * as cudaFree does) and allocating it anew. (The race checker is the final judge; this names the
+ * mechanism in the failure message.) */
+static void assert_ordered_reuse(const gp_stats *before, const gp_stats *after, void *q)
+{
+    cr_assert(after->num_stream_waits > before->num_stream_waits ||
+                  after->num_device_frees > before->num_device_frees,
+              "T got %p, memory S's kernel still uses, without a stream wait or a device free", q);
+}
+
+static void *alloc_on(size_t size, gp_stream stream)
+{
+    void *p = NULL;
+    int rc = gp_alloc(pool, &p, size, stream);
+    cr_assert_eq(rc, GP_OK, "gp_alloc(%zu, %p): %s", size, stream, gp_last_error());
+    cr_assert_not_null(p);
+    cr_assert_eq((uintptr_t)p % 512, 0, "gp_alloc returned %p, not 512-byte aligned", p);
+    return p;
+}
+
+static void launch(gp_stream stream, void *p, size_t len, int op, uint64_t seed, uint64_t ns)
+{
+    int rc = gp_sim_launch(sim, stream, p, len, op, seed, ns);
+    cr_assert_eq(rc, GP_OK, "gp_sim_launch(%p, %p, %zu): %s", stream, p, len, gp_last_error());
+}
+
+static void free_on(void *p, gp_stream stream)
+{
+    int rc = gp_free(pool, p, stream);
+    cr_assert_eq(rc, GP_OK, "gp_free(%p, %p): %s", p, stream, gp_last_error());
+}
+
+/* Synchronises, checks the pool and the ledger, destroys, and checks that the device got everything
+ * back. `live_blocks` blocks are expected in the leak report (normally 0). */
+static void close_pool(size_t live_blocks)
+{
+    gp_sim_synchronize(sim);
+    assert_clean("before destroy");
+    cr_assert_eq(gp_check(pool), GP_OK, "gp_check: %s", gp_last_error());
+    gp_leak_report leaks = {99, 99};
+    int rc = gp_pool_destroy(pool, &leaks);
+    cr_assert_eq(rc, GP_OK, "gp_pool_destroy: %s", gp_last_error());
+    cr_assert_eq(leaks.live_blocks, live_blocks, "leak report: %zu live blocks, expected %zu", leaks.live_blocks,
+                 live_blocks);
+    if (live_blocks == 0)
+        cr_assert_eq(leaks.live_bytes, 0);
+    gp_sim_report r = report();
+    cr_assert(r.closed, "the pool did not close the sim backend");
+    cr_assert_eq(r.leaked_bytes_at_close, 0, "leaked %llu bytes of device memory: %s",
+                 (unsigned long long)r.leaked_bytes_at_close, gp_sim_first_violation(sim));
+    cr_assert_eq(r.leaked_events_at_close, 0, "leaked %llu events: %s", (unsigned long long)r.leaked_events_at_close,
+                 gp_sim_first_violation(sim));
+    cr_assert_eq(r.races + r.pattern_mismatches + r.bad_calls, 0, "violation: %s", gp_sim_first_violation(sim));
+    void *p = NULL;
+    cr_assert_eq(gp_alloc(pool, &p, 64, S), GP_ERR_DESTROYED, "a destroyed pool must refuse gp_alloc");
+    gp_sim_release(sim);
+    pool = NULL;
+    sim = NULL;
+}
+
+/* ---- same stream ------------------------------------------------------------------------------- */
+
+static void reuse_on_same_stream(size_t size)
+{
+    open_pool("device_memory:256MiB");
+    void *p = alloc_on(size, S);
+    launch(S, p, size, GP_SIM_WRITE, 1, LONG_NS);
+    free_on(p, S);
+
+    uint64_t calls = gp_sim_calls(sim, GP_SIM_CALL_ALL);
+    void *q = alloc_on(size, S);
+    cr_assert_eq(q, p, "a block freed on S must be reused at once on S: got %p, freed %p", q, p);
+    cr_assert_eq(gp_sim_calls(sim, GP_SIM_CALL_ALL), calls, "the fast path made %llu device calls",
+                 (unsigned long long)(gp_sim_calls(sim, GP_SIM_CALL_ALL) - calls));
+
+    /* S's queue orders the new WRITE after the old kernel: no race, and the new pattern holds. */
+    launch(S, q, size, GP_SIM_WRITE, 2, SHORT_NS);
+    launch(S, q, size, GP_SIM_CHECK, 2, SHORT_NS);
+    gp_sim_synchronize(sim);
+    assert_clean("after reuse on S");
+    free_on(q, S);
+    close_pool(0);
+}
+
+Test(stream_order, small_block_reused_at_once_on_same_stream)
+{
+    reuse_on_same_stream(4 * KIB);
+}
+
+Test(stream_order, large_block_reused_at_once_on_same_stream)
+{
+    reuse_on_same_stream(6 * MIB);
+}
+
+Test(stream_order, huge_block_reused_at_once_on_same_stream)
+{
+    reuse_on_same_stream(24 * MIB);
+}
+
+/* ---- another stream while S is busy ------------------------------------------------------------ */
+
+static void not_handed_to_busy_other_stream(size_t size)
+{
+    open_pool("device_memory:256MiB");
+    void *p = alloc_on(size, S);
+    launch(S, p, size, GP_SIM_WRITE, 1, LONG_NS);
+    free_on(p, S);
+
+    gp_stats before = stats();
+    void *q = alloc_on(size, T);
+    gp_stats after = stats();
+    /* Either T got other memory, or the pool ordered T after S's work. */
+    if (q == p)
+        assert_ordered_reuse(&before, &after, q);
+    launch(T, q, size, GP_SIM_WRITE, 2, SHORT_NS);
+    assert_clean("T writes what it got while S's kernel runs");
+
+    gp_sim_advance(sim, 2 * LONG_NS);
+    launch(T, q, size, GP_SIM_CHECK, 2, SHORT_NS);
+    gp_sim_synchronize(sim);
+    assert_clean("after T's check");
+    free_on(q, T);
+    close_pool(0);
+}
+
+Test(stream_order, small_block_not_handed_to_other_stream_while_busy)
+{
+    not_handed_to_busy_other_stream(4 * KIB);
+}
+
+Test(stream_order, large_block_not_handed_to_other_stream_while_busy)
+{
+    not_handed_to_busy_other_stream(6 * MIB);
+}
+
+Test(stream_order, huge_block_not_handed_to_other_stream_while_busy)
+{
+    not_handed_to_busy_other_stream(24 * MIB);
+}
+
+/* ---- steal after completion -------------------------------------------------------------------- */
+
+/* S's segment is wholly free and S's kernel on it has completed. The device holds nothing else and has
+ * no room for another segment, so T's request can only be met with S's segment: T takes it (a steal,
+ * guarded by S's completed fence) without a device free, which would synchronise the whole device.
+ * (When the device has room, the pool may grow instead: that is policy, see the busy tests below.) */
+static void steal_after_completion(size_t size, const char *config)
+{
+    open_pool(config);
+    void *p = alloc_on(size, S);
+    launch(S, p, size, GP_SIM_WRITE, 1, 1000);
+    free_on(p, S);
+    gp_sim_advance(sim, 2000); /* S's kernel has completed */
+
+    gp_stats before = stats();
+    gp_sim_report dev_before = report();
+    uint64_t device_frees = gp_sim_calls(sim, GP_SIM_CALL_MEM_FREE);
+    void *q = alloc_on(size, T); /* T's heap is empty: its fast path misses */
+    gp_stats after = stats();
+    gp_sim_report dev_after = report();
+    cr_assert_eq(after.num_stream_steals, before.num_stream_steals + 1,
+                 "T should take S's wholly free segment (steals %llu -> %llu)",
+                 (unsigned long long)before.num_stream_steals, (unsigned long long)after.num_stream_steals);
+    cr_assert_eq(after.num_stream_waits, before.num_stream_waits, "S's fence has completed: no wait is needed");
+    cr_assert_eq(gp_sim_calls(sim, GP_SIM_CALL_MEM_FREE), device_frees, "a steal needs no device free");
+    cr_assert_eq(dev_after.allocations, dev_before.allocations, "a steal needs no new device allocation");
+    cr_assert_eq(q, p, "the stolen segment's block: got %p, S freed %p", q, p);
+    cr_assert_eq(after.reserved_bytes, before.reserved_bytes);
+
+    launch(T, q, size, GP_SIM_WRITE, 2, SHORT_NS);
+    launch(T, q, size, GP_SIM_CHECK, 2, SHORT_NS);
+    gp_sim_synchronize(sim);
+    assert_clean("after T uses the stolen segment");
+
+    /* The segment is T's now: a free on T and a new allocation on T reuse it at once. */
+    free_on(q, T);
+    uint64_t calls = gp_sim_calls(sim, GP_SIM_CALL_ALL);
+    void *r = alloc_on(size, T);
+    cr_assert_eq(r, q);
+    cr_assert_eq(gp_sim_calls(sim, GP_SIM_CALL_ALL), calls, "T's fast path made device calls");
+    free_on(r, T);
+    close_pool(0);
+}
+
+Test(stream_order, small_segment_stolen_after_completion)
+{
+    steal_after_completion(4 * KIB, "device_memory:2MiB"); /* one small segment fills the device */
+}
+
+Test(stream_order, huge_segment_stolen_after_completion)
+{
+    steal_after_completion(24 * MIB, "device_memory:24MiB");
+}
+
+/* When the device has room, T may grow or steal; either way its kernels never race S's. */
+Test(stream_order, idle_segment_of_other_stream_with_room_on_device)
+{
+    open_pool("device_memory:256MiB");
+    void *p = alloc_on(24 * MIB, S);
+    launch(S, p, 24 * MIB, GP_SIM_WRITE, 1, 1000);
+    free_on(p, S);
+    gp_sim_advance(sim, 2000);
+    void *q = alloc_on(24 * MIB, T);
+    launch(T, q, 24 * MIB, GP_SIM_WRITE, 2, SHORT_NS);
+    launch(T, q, 24 * MIB, GP_SIM_CHECK, 2, SHORT_NS);
+    gp_sim_synchronize(sim);
+    assert_clean("after T's allocation");
+    free_on(q, T);
+    close_pool(0);
+}
+
+/* S's fence, once recorded and completed, must not cover a free that came later. S owns two wholly
+ * free segments, a 20 MiB one and a 12 MiB one, and the device is full; T takes the 12 MiB one
+ * (probing S's fence, which has completed). S then reuses its 20 MiB segment under a long kernel and
+ * frees the block again. When T next needs 15 MiB, only S's 20 MiB segment fits, but S's work on it
+ * has not completed: T may take it only by waiting for S. */
+Test(stream_order, steal_refused_after_new_free_on_owner)
+{
+    open_pool("device_memory:32MiB");
+    void *h = alloc_on(12 * MIB, S); /* a segment of its own, 12 MiB */
+    void *a = alloc_on(5 * MIB, S);  /* a large segment of 20 MiB (h's segment is full) */
+    cr_assert((uintptr_t)a < (uintptr_t)h || (uintptr_t)a >= (uintptr_t)h + 12 * MIB);
+    launch(S, a, 5 * MIB, GP_SIM_WRITE, 1, 1000);
+    launch(S, h, 12 * MIB, GP_SIM_WRITE, 2, 1000);
+    free_on(a, S);
+    free_on(h, S);
+    gp_sim_advance(sim, 5000);
+
+    gp_stats before = stats();
+    void *t = alloc_on(5 * MIB, T);
+    gp_stats after = stats();
+    cr_assert_eq(after.num_stream_steals, before.num_stream_steals + 1, "T should steal one of S's segments");
+    cr_assert_eq(t, h, "T should steal the smallest segment that fits (S's 12 MiB one at %p; got %p, 20 MiB one at %p)",
+                 h, t, a);
+
+    void *b = alloc_on(5 * MIB, S);
+    cr_assert_eq(b, a, "S reuses its 20 MiB segment");
+    launch(S, b, 5 * MIB, GP_SIM_WRITE, 3, LONG_NS);
+    free_on(b, S);
+
+    before = stats();
+    void *c = alloc_on(15 * MIB, T);
+    after = stats();
+    if ((uintptr_t)c >= (uintptr_t)a && (uintptr_t)c < (uintptr_t)a + 20 * MIB)
+        assert_ordered_reuse(&before, &after, c);
+    launch(T, c, 15 * MIB, GP_SIM_WRITE, 4, SHORT_NS);
+    assert_clean("T writes while S's kernel on its freed segment still runs");
+    launch(T, c, 15 * MIB, GP_SIM_CHECK, 4, SHORT_NS);
+    gp_sim_synchronize(sim);
+    assert_clean("T's pattern");
+    free_on(c, T);
+    free_on(t, T);
+    close_pool(0);
+}
+
+/* Ping-pong on a device of one small segment: T steals S's idle segment, S steals it back, S frees
+ * into it under a long kernel; T's next request must not get it without being ordered after S. */
+Test(stream_order, steal_back_and_forth_respects_running_kernels)
+{
+    open_pool("device_memory:2MiB");
+    void *a = alloc_on(4 * KIB, S);
+    launch(S, a, 4 * KIB, GP_SIM_WRITE, 1, 1000);
+    free_on(a, S);
+    gp_sim_advance(sim, 2000);
+    void *t = alloc_on(4 * KIB, T);
+    cr_assert_eq(t, a, "T steals S's idle small segment");
+    free_on(t, T);
+    void *b = alloc_on(4 * KIB, S);
+    cr_assert_eq(b, a, "S steals it back (T has no work queued)");
+    launch(S, b, 4 * KIB, GP_SIM_WRITE, 2, LONG_NS);
+    free_on(b, S);
+    gp_stats before = stats();
+    void *c = alloc_on(4 * KIB, T);
+    gp_stats after = stats();
+    cr_assert_eq(c, a, "the device holds one segment");
+    assert_ordered_reuse(&before, &after, c);
+    launch(T, c, 4 * KIB, GP_SIM_WRITE, 3, SHORT_NS);
+    assert_clean("T writes while S's kernel still runs");
+    launch(T, c, 4 * KIB, GP_SIM_CHECK, 3, SHORT_NS);
+    gp_sim_synchronize(sim);
+    assert_clean("T's pattern");
+    free_on(c, T);
+    close_pool(0);
+}
+
+/* ---- record_stream ----------------------------------------------------------------------------- */
+
+Test(stream_order, record_stream_delays_reuse_until_other_stream_completes)
+{
+    open_pool("device_memory:256MiB");
+    const size_t size = 64 * KIB;
+    void *p = alloc_on(size, S);
+    launch(S, p, size, GP_SIM_WRITE, 1, SHORT_NS);
+    gp_sim_stream_synchronize(sim, S); /* the test orders T's use after S's write */
+    cr_assert_eq(gp_record_stream(pool, p, T), GP_OK, "gp_record_stream: %s", gp_last_error());
+    launch(T, p, size, GP_SIM_READ, 0, LONG_NS);
+    free_on(p, S);
+    gp_stats s = stats();
+    cr_assert_eq(s.pending_bytes, size, "the block should wait for T's event (pending %llu)",
+                 (unsigned long long)s.pending_bytes);
+    cr_assert_eq(s.allocated_bytes, 0);
+
+    /* S allocates the same size right away: it must not get p while T reads it. */
+    void *q = alloc_on(size, S);
+    cr_assert_neq(q, p, "S got %p back while T's kernel still reads it", p);
+    launch(S, q, size, GP_SIM_WRITE, 2, SHORT_NS);
+    assert_clean("S writes right after the free");
+
+    /* After T's kernel completed, the next allocation on S finds p back in the cache. */
+    gp_sim_advance(sim, 2 * LONG_NS);
+    void *r = alloc_on(size, S);
+    cr_assert_eq(r, p, "after T completed, p should be reused (got %p, p %p)", r, p);
+    s = stats();
+    cr_assert_eq(s.pending_bytes, 0);
+    launch(S, r, size, GP_SIM_WRITE, 3, SHORT_NS);
+    launch(S, r, size, GP_SIM_CHECK, 3, SHORT_NS);
+    launch(S, q, size, GP_SIM_CHECK, 2, SHORT_NS);
+    gp_sim_synchronize(sim);
+    assert_clean("after reuse");
+    free_on(q, S);
+    free_on(r, S);
+    close_pool(0);
+}
+
+/* The same, with the free on T (the recorded stream) instead of S. */
+Test(stream_order, record_stream_then_free_on_recorded_stream)
+{
+    open_pool("device_memory:256MiB");
+    const size_t size = 3 * MIB;
+    void *p = alloc_on(size, S);
+    launch(S, p, size, GP_SIM_WRITE, 1, SHORT_NS);
+    gp_sim_stream_synchronize(sim, S);
+    cr_assert_eq(gp_record_stream(pool, p, T), GP_OK, "gp_record_stream: %s", gp_last_error());
+    launch(T, p, size, GP_SIM_CHECK, 1, LONG_NS);
+    free_on(p, T);
+    void *q = alloc_on(size, S);
+    cr_assert_neq(q, p, "S got %p back while T's kernel still reads it", p);
+    launch(S, q, size, GP_SIM_WRITE, 2, SHORT_NS);
+    assert_clean("S writes right after the free on T");
+    gp_sim_advance(sim, 2 * LONG_NS);
+    void *r = alloc_on(size, S);
+    cr_assert_eq(r, p);
+    free_on(r, S);
+    free_on(q, S);
+    close_pool(0);
+}
+
+/* A block used on three streams returns only after the last of them completes. */
+Test(stream_order, record_stream_on_two_streams_waits_for_both)
+{
+    open_pool("device_memory:256MiB");
+    gp_stream U = gp_sim_stream_create(sim);
+    gp_stream V = gp_sim_stream_create(sim);
+    const size_t size = 8 * KIB;
+    void *p = alloc_on(size, S);
+    launch(S, p, size, GP_SIM_WRITE, 1, SHORT_NS);
+    gp_sim_stream_synchronize(sim, S);
+    cr_assert_eq(gp_record_stream(pool, p, T), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_record_stream(pool, p, U), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_record_stream(pool, p, V), GP_OK, "%s", gp_last_error()); /* more than the inline uses */
+    cr_assert_eq(gp_record_stream(pool, p, T), GP_OK, "%s", gp_last_error()); /* twice is once */
+    launch(T, p, size, GP_SIM_READ, 0, 1000);
+    launch(U, p, size, GP_SIM_READ, 0, 3000);
+    launch(V, p, size, GP_SIM_CHECK, 1, 5000);
+    free_on(p, S);
+
+    gp_sim_advance(sim, 4000); /* T and U done, V still reading */
+    void *q = alloc_on(size, S);
+    cr_assert_neq(q, p, "p came back before V's kernel completed");
+    launch(S, q, size, GP_SIM_WRITE, 2, SHORT_NS);
+    assert_clean("S writes while V still reads p");
+    gp_sim_advance(sim, 10000);
+    void *r = alloc_on(size, S);
+    cr_assert_eq(r, p);
+    launch(S, r, size, GP_SIM_WRITE, 3, SHORT_NS);
+    assert_clean("S writes p after all three completed");
+    free_on(q, S);
+    free_on(r, S);
+    close_pool(0);
+}
+
+/* ---- free on another stream -------------------------------------------------------------------- */
+
+Test(stream_order, free_on_other_stream_waits_for_that_stream)
+{
+    open_pool("device_memory:256MiB");
+    const size_t size = 200 * KIB;
+    void *t0 = alloc_on(512, T); /* the pool must have seen T before a free on it */
+    void *p = alloc_on(size, S);
+    launch(S, p, size, GP_SIM_WRITE, 1, SHORT_NS);
+    gp_sim_stream_synchronize(sim, S); /* the test orders T after S's write */
+    launch(T, p, size, GP_SIM_CHECK, 1, LONG_NS);
+    free_on(p, T); /* its last use is on T */
+    gp_stats s = stats();
+    cr_assert_eq(s.allocated_bytes, 512, "allocated %llu", (unsigned long long)s.allocated_bytes);
+    cr_assert_eq(s.pending_bytes, size, "pending %llu", (unsigned long long)s.pending_bytes);
+
+    void *q = alloc_on(size, S);
+    cr_assert_neq(q, p, "S got %p back while T's kernel still checks it", p);
+    launch(S, q, size, GP_SIM_WRITE, 2, SHORT_NS);
+    assert_clean("S writes after the free on T");
+    void *u = alloc_on(size, T); /* T must not get it either: it belongs to S's heap */
+    launch(T, u, size, GP_SIM_WRITE, 4, SHORT_NS);
+    assert_clean("T writes after its own free");
+
+    gp_sim_advance(sim, 2 * LONG_NS);
+    void *r = alloc_on(size, S);
+    cr_assert_eq(r, p, "after T completed, p returns to S's cache");
+    launch(S, r, size, GP_SIM_WRITE, 3, SHORT_NS);
+    gp_sim_synchronize(sim);
+    assert_clean("after reuse on S");
+    free_on(r, S);
+    free_on(q, S);
+    free_on(u, T);
+    free_on(t0, T);
+    close_pool(0);
+}
+
+Test(stream_order, free_on_unseen_stream_is_refused_and_changes_nothing)
+{
+    open_pool("device_memory:256MiB");
+    void *p = alloc_on(4 * KIB, S);
+    int rc = gp_free(pool, p, T);
+    cr_assert_eq(rc, GP_ERR_UNKNOWN_STREAM, "gp_free on a stream the pool never saw: %d (%s)", rc, gp_last_error());
+    cr_assert_neq(gp_last_error()[0], '\0');
+    gp_stats s = stats();
+    cr_assert_eq(s.active_blocks, 1);
+    free_on(p, S);
+    cr_assert_eq(gp_free(pool, p, S), GP_ERR_DOUBLE_FREE, "%s", gp_last_error());
+    close_pool(0);
+}
+
+/* ---- destroy ----------------------------------------------------------------------------------- */
+
+Test(stream_order, destroy_with_pending_blocks_leaks_nothing)
+{
+    open_pool("device_memory:256MiB");
+    void *t0 = alloc_on(512, T);
+    free_on(t0, T);
+    void *p = alloc_on(64 * KIB, S);
+    void *q = alloc_on(12 * MIB, S);
+    launch(S, p, 64 * KIB, GP_SIM_WRITE, 1, SHORT_NS);
+    launch(S, q, 12 * MIB, GP_SIM_WRITE, 2, SHORT_NS);
+    gp_sim_stream_synchronize(sim, S);
+    cr_assert_eq(gp_record_stream(pool, p, T), GP_OK, "%s", gp_last_error());
+    launch(T, p, 64 * KIB, GP_SIM_READ, 0, LONG_NS);
+    launch(T, q, 12 * MIB, GP_SIM_CHECK, 2, LONG_NS);
+    free_on(p, S);
+    free_on(q, T);
+    gp_stats s = stats();
+    cr_assert_eq(s.pending_bytes, 64 * KIB + 12 * MIB, "pending %llu", (unsigned long long)s.pending_bytes);
+    cr_assert_eq(s.allocated_bytes, 0);
+    /* no synchronisation: destroy waits for the events itself */
+    gp_leak_report leaks = {99, 99};
+    int rc = gp_pool_destroy(pool, &leaks);
+    cr_assert_eq(rc, GP_OK, "gp_pool_destroy: %s", gp_last_error());
+    cr_assert_eq(leaks.live_blocks, 0);
+    cr_assert_eq(leaks.live_bytes, 0);
+    gp_sim_report r = report();
+    cr_assert(r.closed);
+    cr_assert_eq(r.leaked_bytes_at_close, 0, "%s", gp_sim_first_violation(sim));
+    cr_assert_eq(r.leaked_events_at_close, 0, "%s", gp_sim_first_violation(sim));
+    cr_assert_eq(r.races + r.pattern_mismatches + r.bad_calls, 0, "%s", gp_sim_first_violation(sim));
+    cr_assert_eq(gp_pool_destroy(pool, NULL), GP_ERR_DESTROYED);
+    gp_sim_release(sim);
+}
+
+Test(stream_order, destroy_reports_live_blocks_and_gives_their_memory_back)
+{
+    open_pool("device_memory:256MiB");
+    void *p = alloc_on(1000, S);
+    void *q = alloc_on(5 * MIB, T);
+    launch(S, p, 1000, GP_SIM_WRITE, 1, LONG_NS);
+    launch(T, q, 5 * MIB, GP_SIM_WRITE, 2, LONG_NS);
+    gp_leak_report leaks = {0, 0};
+    int rc = gp_pool_destroy(pool, &leaks);
+    cr_assert_eq(rc, GP_OK, "gp_pool_destroy: %s", gp_last_error());
+    cr_assert_eq(leaks.live_blocks, 2);
+    cr_assert_geq(leaks.live_bytes, 1000 + 5 * MIB);
+    cr_assert_neq(gp_last_error()[0], '\0', "destroy should name the blocks never freed");
+    gp_sim_report r = report();
+    cr_assert_eq(r.leaked_bytes_at_close, 0, "%s", gp_sim_first_violation(sim));
+    cr_assert_eq(r.leaked_events_at_close, 0, "%s", gp_sim_first_violation(sim));
+    cr_assert_eq(r.races + r.bad_calls, 0, "%s", gp_sim_first_violation(sim));
+    gp_sim_release(sim);
+}
+
+/* ---- device out of memory ---------------------------------------------------------------------- */
+
+/* The device holds one 64 MiB segment, S's, free but still written by S's kernel. T's request can
+ * only be met with that segment: with steal_wait (the default) T waits on S's event and takes it; the
+ * sim then orders T's kernels after S's, so the race checker stays silent and T's pattern survives. */
+Test(stream_order, oom_steal_waits_on_busy_segment)
+{
+    open_pool("device_memory:64MiB,cache_slack:off");
+    const size_t size = 64 * MIB;
+    void *p = alloc_on(size, S);
+    launch(S, p, size, GP_SIM_WRITE, 1, LONG_NS);
+    free_on(p, S);
+
+    gp_stats before = stats();
+    uint64_t device_frees = gp_sim_calls(sim, GP_SIM_CALL_MEM_FREE);
+    void *q = alloc_on(size, T);
+    gp_stats after = stats();
+    cr_assert_eq(q, p, "the only segment is S's");
+    cr_assert_eq(after.num_stream_waits, before.num_stream_waits + 1, "stream waits %llu -> %llu",
+                 (unsigned long long)before.num_stream_waits, (unsigned long long)after.num_stream_waits);
+    cr_assert_eq(after.num_stream_steals, before.num_stream_steals + 1);
+    cr_assert_eq(gp_sim_calls(sim, GP_SIM_CALL_MEM_FREE), device_frees, "a waited steal frees nothing");
+    cr_assert_eq(gp_sim_now(sim), 0, "no host synchronisation: virtual time has not moved");
+
+    launch(T, q, size, GP_SIM_WRITE, 2, SHORT_NS);
+    assert_clean("T writes the segment S still writes");
+    launch(T, q, size, GP_SIM_CHECK, 2, SHORT_NS);
+    gp_sim_synchronize(sim);
+    assert_clean("T's pattern after both kernels ran");
+    free_on(q, T);
+    close_pool(0);
+}
+
+/* Several busy free segments of S fill the device, and T asks for less than one of them: it waits for
+ * S's event and takes one. (Requests above small_size use large segments; 2 MiB ones get a segment of
+ * their own when the device cannot hold a 20 MiB one.) */
+Test(stream_order, oom_steal_waits_for_one_of_several_segments)
+{
+    open_pool("device_memory:8MiB,cache_slack:off");
+    void *b[4];
+    for (int i = 0; i < 4; i++) {
+        b[i] = alloc_on(2 * MIB, S); /* four segments of 2 MiB fill the device */
+        launch(S, b[i], 2 * MIB, GP_SIM_WRITE, 10 + (uint64_t)i, LONG_NS);
+    }
+    for (int i = 0; i < 4; i++)
+        free_on(b[i], S);
+    gp_stats before = stats();
+    void *q = alloc_on(1536 * KIB, T);
+    gp_stats after = stats();
+    cr_assert_eq(after.num_stream_waits, before.num_stream_waits + 1);
+    cr_assert_eq(after.num_stream_steals, before.num_stream_steals + 1);
+    cr_assert_eq(after.reserved_bytes, 8 * MIB);
+    launch(T, q, 1536 * KIB, GP_SIM_WRITE, 2, SHORT_NS);
+    launch(T, q, 1536 * KIB, GP_SIM_CHECK, 2, SHORT_NS);
+    gp_sim_synchronize(sim);
+    assert_clean("after T used a waited-for segment");
+    free_on(q, T);
+    close_pool(0);
+}
+
+/* The same with the default policy (which may give S's segment back before growing): however T gets
+ * the memory, its kernels are ordered after S's. */
+Test(stream_order, oom_busy_segment_with_default_policy)
+{
+    open_pool("device_memory:64MiB");
+    const size_t size = 64 * MIB;
+    void *p = alloc_on(size, S);
+    launch(S, p, size, GP_SIM_WRITE, 1, LONG_NS);
+    free_on(p, S);
+    void *q = alloc_on(size, T);
+    launch(T, q, size, GP_SIM_WRITE, 2, SHORT_NS);
+    assert_clean("T writes the segment S wrote");
+    launch(T, q, size, GP_SIM_CHECK, 2, SHORT_NS);
+    gp_sim_synchronize(sim);
+    assert_clean("T's pattern after both kernels ran");
+    free_on(q, T);
+    close_pool(0);
+}
+
+/* With steal_wait off, the same request is met by giving S's segment back to the device (which waits
+ * for all device work, as cudaFree does) and allocating anew. */
+Test(stream_order, oom_without_steal_wait_releases_and_retries)
+{
+    open_pool("device_memory:64MiB,steal_wait:false,cache_slack:off");
+    const size_t size = 64 * MIB;
+    void *p = alloc_on(size, S);
+    launch(S, p, size, GP_SIM_WRITE, 1, LONG_NS);
+    free_on(p, S);
+
+    gp_stats before = stats();
+    void *q = alloc_on(size, T);
+    gp_stats after = stats();
+    cr_assert_eq(after.num_stream_waits, before.num_stream_waits, "steal_wait:false must not wait");
+    cr_assert_eq(after.num_alloc_retries, before.num_alloc_retries + 1);
+    cr_assert_eq(after.num_device_frees, before.num_device_frees + 1);
+    cr_assert_eq(after.reserved_bytes, size);
+    launch(T, q, size, GP_SIM_WRITE, 2, SHORT_NS);
+    launch(T, q, size, GP_SIM_CHECK, 2, SHORT_NS);
+    gp_sim_synchronize(sim);
+    assert_clean("after the release and retry");
+    free_on(q, T);
+    close_pool(0);
+}
+
+/* A request the device cannot hold while S's block is live: GP_ERR_OOM with a message, nothing
+ * changed, and the pool still works. */
+Test(stream_order, oom_is_reported_and_changes_nothing)
+{
+    open_pool("device_memory:64MiB");
+    void *p = alloc_on(40 * MIB, S);
+    launch(S, p, 40 * MIB, GP_SIM_WRITE, 1, LONG_NS);
+    gp_stats before = stats();
+    void *q = (void *)1;
+    int rc = gp_alloc(pool, &q, 40 * MIB, T);
+    cr_assert_eq(rc, GP_ERR_OOM, "expected GP_ERR_OOM, got %d (%s)", rc, gp_last_error());
+    cr_assert_null(q);
+    cr_assert_neq(gp_last_error()[0], '\0');
+    gp_stats after = stats();
+    cr_assert_eq(after.allocated_bytes, before.allocated_bytes);
+    cr_assert_eq(after.active_blocks, before.active_blocks);
+    cr_assert_eq(after.num_ooms, before.num_ooms + 1);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    rc = gp_alloc(pool, &q, 65 * MIB, T);
+    cr_assert_eq(rc, GP_ERR_INVALID, "more than the device has: %d (%s)", rc, gp_last_error());
+    launch(S, p, 40 * MIB, GP_SIM_CHECK, 1, SHORT_NS);
+    free_on(p, S);
+    q = alloc_on(40 * MIB, T);
+    launch(T, q, 40 * MIB, GP_SIM_WRITE, 2, SHORT_NS);
+    assert_clean("T writes after S's block was freed");
+    free_on(q, T);
+    close_pool(0);
+}
+
+/* A block freed on A while B still used it is PENDING in A's list until B's event completes. Once it
+ * has completed, that memory is free: an allocation on a third stream C that finds the device full must
+ * be able to get it (by collecting A's completed pending block, whose segment is then wholly free, and
+ * stealing or releasing it), instead of failing with GP_ERR_OOM ("even after release"). gp_trim does
+ * collect every stream's pending blocks; the allocation's OOM path collects only its own stream's. */
+Test(stream_order, oom_reclaims_completed_pending_blocks_of_other_streams)
+{
+    open_pool("device_memory:8MiB");
+    gp_stream C = gp_sim_stream_create(sim);
+    void *p = alloc_on(6 * MIB, S); /* a 6 MiB segment (a 20 MiB one does not fit) */
+    launch(S, p, 6 * MIB, GP_SIM_WRITE, 1, SHORT_NS);
+    gp_sim_stream_synchronize(sim, S);
+    cr_assert_eq(gp_record_stream(pool, p, T), GP_OK, "%s", gp_last_error());
+    launch(T, p, 6 * MIB, GP_SIM_READ, 0, 1000);
+    free_on(p, S); /* PENDING on T's event */
+    void *q = alloc_on(2 * MIB, C); /* the device is full now */
+    launch(C, q, 2 * MIB, GP_SIM_WRITE, 2, SHORT_NS);
+    gp_sim_synchronize(sim); /* T's event has completed: p's memory is free */
+    gp_stats s = stats();
+    cr_assert_eq(s.allocated_bytes, 2 * MIB);
+    cr_assert_eq(s.reserved_bytes, 8 * MIB);
+
+    void *r = NULL;
+    int rc = gp_alloc(pool, &r, 512, C);
+    cr_assert_eq(rc, GP_OK,
+                 "gp_alloc(512 B) on C failed (%d: %s) although 6 MiB of the pool's cache is free: S's pending "
+                 "block's event completed long ago",
+                 rc, gp_last_error());
+    launch(C, r, 512, GP_SIM_WRITE, 3, SHORT_NS);
+    assert_clean("C writes the reclaimed memory");
+    free_on(r, C);
+    free_on(q, C);
+    close_pool(0);
+}
