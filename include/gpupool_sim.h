@@ -15,6 +15,15 @@
  *   - bad device calls: freeing an address it never returned, kernels on memory that is not allocated;
  *   - leaks: device memory and events still outstanding when the pool closes the backend;
  *   - fault injection: the Nth device call (of the kinds in a mask) fails.
+ *
+ * The "sim-vmm" backend is the same GPU with CUDA's virtual memory management (va_reserve,
+ * phys_create, map, ...). Its physical memory is a memfd of `device_memory` bytes (rounded up to
+ * 2 MiB) whose 2 MiB pages are handed out to physical handles; map() maps a handle's pages at a
+ * reserved address, so the same physical memory may appear at several addresses at once and a
+ * GP_SIM_WRITE through one address is seen by a GP_SIM_CHECK through another. There, kernels must lie
+ * wholly in mapped memory (or in one mem_alloc allocation), races are found on PHYSICAL memory (two
+ * kernels using one physical page through different addresses race), allocated_bytes counts physical
+ * memory, and handles, mappings and reservations outstanding at close are leaks.
  */
 #ifndef GPUPOOL_SIM_H
 #define GPUPOOL_SIM_H
@@ -30,8 +39,8 @@ extern "C" {
 
 typedef struct gp_sim gp_sim;
 
-/* The sim behind a pool created with backend "sim"; NULL for any other pool. The pool holds one
- * reference; gp_sim_retain lets a test keep the sim (and its ledger) after gp_pool_destroy. */
+/* The sim behind a pool created with backend "sim" or "sim-vmm"; NULL for any other pool. The pool
+ * holds one reference; gp_sim_retain lets a test keep the sim (and its ledger) after gp_pool_destroy. */
 GP_API gp_sim *gp_sim_of(gp_pool *pool);
 GP_API void gp_sim_retain(gp_sim *sim);
 GP_API void gp_sim_release(gp_sim *sim);
@@ -47,7 +56,8 @@ enum gp_sim_kernel_op {
 
 /* Queues a kernel on `stream` that uses [addr, addr+len) for duration_ns of virtual time. Race checks
  * happen here, at launch. GP_ERR_INVALID for a range outside allocated device memory (also recorded as
- * a violation). */
+ * a violation); with "sim-vmm", for a range not wholly inside mapped memory (consecutive mappings) or
+ * one mem_alloc allocation. */
 GP_API int gp_sim_launch(gp_sim *sim, gp_stream stream, const void *addr, size_t len, int op,
                          uint64_t seed, uint64_t duration_ns);
 
@@ -70,7 +80,14 @@ enum gp_sim_call {
     GP_SIM_CALL_EVENT_QUERY = 1u << 6,
     GP_SIM_CALL_EVENT_SYNC = 1u << 7,
     GP_SIM_CALL_STREAM_WAIT = 1u << 8,
-    GP_SIM_CALL_ALL = (1u << 9) - 1
+    /* virtual memory management ("sim-vmm" only; vm_granularity is not a counted call) */
+    GP_SIM_CALL_VA_RESERVE = 1u << 9,
+    GP_SIM_CALL_VA_RELEASE = 1u << 10,
+    GP_SIM_CALL_PHYS_CREATE = 1u << 11,
+    GP_SIM_CALL_PHYS_RELEASE = 1u << 12,
+    GP_SIM_CALL_MAP = 1u << 13,
+    GP_SIM_CALL_UNMAP = 1u << 14,
+    GP_SIM_CALL_ALL = (1u << 15) - 1
 };
 
 /* Makes the nth device call (1 = the next one) whose kind is in `mask` fail with `error`
@@ -85,13 +102,24 @@ typedef struct gp_sim_report {
     uint64_t races;               /* unordered overlapping uses across streams */
     uint64_t pattern_mismatches;  /* GP_SIM_CHECK failures */
     uint64_t bad_calls;           /* frees of unknown addresses, kernels on unallocated memory, ... */
-    uint64_t allocated_bytes;     /* device memory allocated now (2 MiB granular) */
-    uint64_t allocated_peak;      /* most device memory allocated at once */
-    uint64_t allocations;         /* device allocations outstanding now */
+    uint64_t allocated_bytes;     /* device memory allocated now (2 MiB granular); with "sim-vmm" the
+                                     PHYSICAL memory: phys_create handles plus mem_alloc allocations */
+    uint64_t allocated_peak;      /* most device memory allocated at once (physical with "sim-vmm") */
+    uint64_t allocations;         /* device allocations outstanding now (mem_alloc's only) */
     uint64_t events;              /* events outstanding now */
-    uint64_t leaked_bytes_at_close;  /* device memory still allocated when the backend was closed */
+    uint64_t leaked_bytes_at_close;  /* device memory still allocated when the backend was closed
+                                        (physical with "sim-vmm": handles and mem_alloc allocations) */
     uint64_t leaked_events_at_close; /* events not destroyed when the backend was closed */
     int closed;                   /* the pool has closed the backend */
+    /* Virtual memory management: always 0 with "sim". Fields are only ever added at the end. */
+    uint64_t handles;             /* physical handles outstanding now (phys_create not yet released) */
+    uint64_t mappings;            /* mappings now (map not yet unmapped) */
+    uint64_t reservations;        /* virtual address reservations now (va_reserve not yet released) */
+    uint64_t mapped_bytes;        /* virtual address space mapped now */
+    uint64_t reserved_bytes;      /* virtual address space reserved now */
+    uint64_t leaked_handles_at_close;      /* handles not released when the backend was closed */
+    uint64_t leaked_mappings_at_close;     /* mappings not unmapped when the backend was closed */
+    uint64_t leaked_reservations_at_close; /* reservations not released when the backend was closed */
 } gp_sim_report;
 
 GP_API void gp_sim_get_report(gp_sim *sim, gp_sim_report *out);

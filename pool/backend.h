@@ -24,6 +24,7 @@ struct gp_config;
 
 typedef uintptr_t gp_devptr; /* a device address; never dereferenced on the host */
 typedef void *gp_event;      /* cudaEvent_t with the cuda backend */
+typedef uint64_t gp_phys;    /* physical memory (CUmemGenericAllocationHandle with the vmm backend) */
 
 typedef struct gp_backend_ops {
     const char *name;
@@ -68,12 +69,50 @@ typedef struct gp_backend_ops {
     /* Makes all work queued on `stream` after this call wait for the event's last record. Never blocks
      * the host. */
     int (*stream_wait_event)(void *ctx, gp_stream stream, gp_event ev);
+
+    /* ---- virtual memory management (CUDA's cuMem* API); all NULL in a backend without it ----------
+     * Physical memory comes in handles of whole pages of the device's granularity; a handle is mapped
+     * whole (CUDA requires offset 0) at a virtual address inside a reserved range; one handle may be
+     * mapped at several addresses at once (stitching relies on this). */
+
+    /* The page size of physical memory and mappings (cuMemGetAllocationGranularity, minimum; 2 MiB on
+     * current GPUs). */
+    int (*vm_granularity)(void *ctx, size_t *out);
+
+    /* Reserves `size` bytes of virtual address space (a multiple of the granularity), aligned to the
+     * granularity; nothing is mapped. GP_ERR_OOM when the address space is exhausted. */
+    int (*va_reserve)(void *ctx, size_t size, gp_devptr *out);
+    /* Frees a reservation. pre: nothing mapped in it. */
+    int (*va_release)(void *ctx, gp_devptr va, size_t size);
+
+    /* Creates `size` bytes of physical memory (a multiple of the granularity) on the pool's device.
+     * GP_ERR_OOM when the device lacks the memory. */
+    int (*phys_create)(void *ctx, size_t size, gp_phys *out);
+    /* Releases a handle. pre: mapped nowhere. */
+    int (*phys_release)(void *ctx, gp_phys handle);
+
+    /* Maps the whole handle (of `size` bytes) at va and makes it readable and writable by the pool's
+     * device (cuMemMap + cuMemSetAccess). pre: [va, va+size) reserved and unmapped. On failure nothing
+     * stays mapped. */
+    int (*map)(void *ctx, gp_devptr va, size_t size, gp_phys handle);
+    /* Unmaps [va, va+size), which must be exactly one mapping made by map(). Waits for all device work
+     * first (as cudaFree does), so work still using the range completes before it disappears. */
+    int (*unmap)(void *ctx, gp_devptr va, size_t size);
 } gp_backend_ops;
 
-/* The backends built into this library. */
+/* True when the backend implements the virtual memory operations. */
+static inline int gp_backend_has_vmm(const gp_backend_ops *ops)
+{
+    return ops->va_reserve != NULL;
+}
+
+/* The backends built into this library: "sim" and "sim-vmm" (the simulated GPU without and with
+ * virtual memory management), "cuda" (cudaMalloc) and "vmm" (the CUDA driver's virtual memory API). */
 extern const gp_backend_ops gp_backend_sim;
+extern const gp_backend_ops gp_backend_sim_vmm;
 #ifdef GPUPOOL_WITH_CUDA
 extern const gp_backend_ops gp_backend_cuda;
+extern const gp_backend_ops gp_backend_vmm;
 #endif
 
 /* Finds a built-in backend by name; NULL (with the thread's message set) when there is none. */

@@ -19,6 +19,9 @@
  * Streams: a gp_stream is a cudaStream_t; NULL is the default stream of the pool's device (the legacy
  * default stream, or the per-thread one when the application is built with
  * --default-stream per-thread and passes cudaStreamPerThread explicitly).
+ *
+ * The operations are shared with the "vmm" backend (backend_vmm.c) through backend_cuda.h: they take
+ * any context that begins with a gp_cuda_ctx.
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -27,20 +30,16 @@
 #include <cuda_runtime_api.h>
 
 #include "backend.h"
+#include "backend_cuda.h"
 #include "error.h"
 #include "format.h"
-
-/* The backend instance: which device it serves. Immutable after open(). */
-typedef struct gp_cuda_ctx {
-    int device;
-} gp_cuda_ctx;
 
 /* cudaMalloc guarantees at least 256 bytes; the pool promises its callers 512. */
 #define GP_CUDA_ALIGNMENT 512u
 
 /* Clears `err` from the calling thread's runtime error state when it is the pending one (i.e. this
  * file caused it and it is not sticky; sticky errors cannot be cleared and stay visible). */
-static void clear_own_error(cudaError_t err)
+void gp_cuda_clear_own_error(cudaError_t err)
 {
     if (err != cudaSuccess && cudaPeekAtLastError() == err)
         (void)cudaGetLastError();
@@ -49,20 +48,20 @@ static void clear_own_error(cudaError_t err)
 /* Makes ctx's device current for the calling thread. *prev receives the device that was current, for
  * device_leave. On failure sets the message (naming `op`, the operation being attempted) and returns
  * GP_ERR_DEVICE; nothing needs undoing. */
-static int device_enter(const gp_cuda_ctx *ctx, const char *op, int *prev)
+int gp_cuda_device_enter(const gp_cuda_ctx *ctx, const char *op, int *prev)
 {
     int current = -1;
     cudaError_t err = cudaGetDevice(&current);
     if (err != cudaSuccess) {
-        clear_own_error(err);
-        return gp_error_set(GP_ERR_DEVICE, "cuda %s: cudaGetDevice: %s: %s", op,
+        gp_cuda_clear_own_error(err);
+        return gp_error_set(GP_ERR_DEVICE, "%s %s: cudaGetDevice: %s: %s", ctx->name, op,
                             cudaGetErrorName(err), cudaGetErrorString(err));
     }
     if (current != ctx->device) {
         err = cudaSetDevice(ctx->device);
         if (err != cudaSuccess) {
-            clear_own_error(err);
-            return gp_error_set(GP_ERR_DEVICE, "cuda %s: cudaSetDevice(device=%d): %s: %s", op,
+            gp_cuda_clear_own_error(err);
+            return gp_error_set(GP_ERR_DEVICE, "%s %s: cudaSetDevice(device=%d): %s: %s", ctx->name, op,
                                 ctx->device, cudaGetErrorName(err), cudaGetErrorString(err));
         }
     }
@@ -72,52 +71,61 @@ static int device_enter(const gp_cuda_ctx *ctx, const char *op, int *prev)
 
 /* Restores the device device_enter found current. It was a valid device a moment ago, so this cannot
  * fail in practice; if it does, the operation's own result stands and the error is cleared. */
-static void device_leave(const gp_cuda_ctx *ctx, int prev)
+void gp_cuda_device_leave(const gp_cuda_ctx *ctx, int prev)
 {
     if (prev != ctx->device) {
         cudaError_t err = cudaSetDevice(prev);
-        clear_own_error(err);
+        gp_cuda_clear_own_error(err);
     }
 }
 
-/* pre: device >= 0. post: on GP_OK *ctx is an instance for `device`, whose primary context is
- * initialised (so that a device that cannot be used fails here rather than in the first mem_alloc). */
-static int cuda_open(const struct gp_config *cfg, int device, void **out)
+/* pre: device >= 0. post: on GP_OK *out serves `device`, whose primary context is initialised (so
+ * that a device that cannot be used fails here rather than in the first mem_alloc). */
+int gp_cuda_open_device(const char *name, int device, gp_cuda_ctx *out)
 {
-    (void)cfg;
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess) {
         /* cudaErrorInsufficientDriver (no driver or an old one), cudaErrorNoDevice, ... */
-        clear_own_error(err);
-        return gp_error_set(GP_ERR_BACKEND, "cuda backend unavailable: cudaGetDeviceCount: %s: %s",
+        gp_cuda_clear_own_error(err);
+        return gp_error_set(GP_ERR_BACKEND, "%s backend unavailable: cudaGetDeviceCount: %s: %s", name,
                             cudaGetErrorName(err), cudaGetErrorString(err));
     }
     if (device < 0 || device >= count) {
         return gp_error_set(GP_ERR_BACKEND,
-                            "cuda backend unavailable: device %d out of range: cudaGetDeviceCount "
+                            "%s backend unavailable: device %d out of range: cudaGetDeviceCount "
                             "reports %d device%s (valid: 0..%d)",
-                            device, count, count == 1 ? "" : "s", count - 1);
+                            name, device, count, count == 1 ? "" : "s", count - 1);
     }
 
-    gp_cuda_ctx probe = {.device = device};
+    gp_cuda_ctx probe = {.device = device, .name = name};
     int prev = -1;
-    int rc = device_enter(&probe, "open", &prev);
+    int rc = gp_cuda_device_enter(&probe, "open", &prev);
     if (rc != GP_OK) {
-        gp_error_append(" (cuda backend unavailable for device %d)", device);
+        gp_error_append(" (%s backend unavailable for device %d)", name, device);
         return GP_ERR_BACKEND;
     }
     /* cudaFree(NULL) initialises the device's primary context if nothing has yet, surfacing
      * cudaErrorDevicesUnavailable (exclusive or prohibited compute mode) and the like here. */
     err = cudaFree(NULL);
-    device_leave(&probe, prev);
+    gp_cuda_device_leave(&probe, prev);
     if (err != cudaSuccess) {
-        clear_own_error(err);
+        gp_cuda_clear_own_error(err);
         return gp_error_set(GP_ERR_BACKEND,
-                            "cuda backend unavailable: cudaFree(NULL) to initialise device %d: %s: %s",
-                            device, cudaGetErrorName(err), cudaGetErrorString(err));
+                            "%s backend unavailable: cudaFree(NULL) to initialise device %d: %s: %s",
+                            name, device, cudaGetErrorName(err), cudaGetErrorString(err));
     }
+    *out = probe;
+    return GP_OK;
+}
 
+static int cuda_open(const struct gp_config *cfg, int device, void **out)
+{
+    (void)cfg;
+    gp_cuda_ctx probe;
+    int rc = gp_cuda_open_device("cuda", device, &probe);
+    if (rc != GP_OK)
+        return rc;
     gp_cuda_ctx *ctx = malloc(sizeof *ctx);
     if (ctx == NULL)
         return gp_error_set(GP_ERR_OOM, "cuda backend: out of host memory for its context (%zu bytes)",
@@ -136,20 +144,20 @@ static void cuda_close(void *ctx)
 
 /* pre: size > 0, a multiple of 2 MiB. post: *out 512-byte aligned.
  * GP_ERR_OOM for cudaErrorMemoryAllocation (the pool may then release cached memory and retry). */
-static int cuda_mem_alloc(void *opaque, size_t size, gp_devptr *out)
+int gp_cuda_mem_alloc(void *opaque, size_t size, gp_devptr *out)
 {
     const gp_cuda_ctx *ctx = opaque;
     char text[GP_SIZE_TEXT_MAX];
     int prev = -1;
-    int rc = device_enter(ctx, "mem_alloc", &prev);
+    int rc = gp_cuda_device_enter(ctx, "mem_alloc", &prev);
     if (rc != GP_OK)
         return rc;
 
     void *ptr = NULL;
     cudaError_t err = cudaMalloc(&ptr, size);
     if (err != cudaSuccess) {
-        clear_own_error(err);
-        device_leave(ctx, prev);
+        gp_cuda_clear_own_error(err);
+        gp_cuda_device_leave(ctx, prev);
         return gp_error_set(err == cudaErrorMemoryAllocation ? GP_ERR_OOM : GP_ERR_DEVICE,
                             "cudaMalloc(size=%zu (%s)) on device %d: %s: %s", size,
                             gp_format_size(size, text), ctx->device, cudaGetErrorName(err),
@@ -159,31 +167,31 @@ static int cuda_mem_alloc(void *opaque, size_t size, gp_devptr *out)
         /* Never seen in practice (large cudaMalloc allocations are page aligned); give it back
          * rather than break the pool's alignment promise. */
         err = cudaFree(ptr);
-        clear_own_error(err);
-        device_leave(ctx, prev);
+        gp_cuda_clear_own_error(err);
+        gp_cuda_device_leave(ctx, prev);
         return gp_error_set(GP_ERR_DEVICE,
                             "cudaMalloc(size=%zu (%s)) on device %d returned %p, not %u-byte aligned",
                             size, gp_format_size(size, text), ctx->device, ptr, GP_CUDA_ALIGNMENT);
     }
-    device_leave(ctx, prev);
+    gp_cuda_device_leave(ctx, prev);
     *out = (gp_devptr)ptr;
     return GP_OK;
 }
 
 /* pre: ptr and size exactly as mem_alloc returned them. cudaFree synchronises with the device
  * before releasing, so work still using the memory completes first. */
-static int cuda_mem_free(void *opaque, gp_devptr ptr, size_t size)
+int gp_cuda_mem_free(void *opaque, gp_devptr ptr, size_t size)
 {
     const gp_cuda_ctx *ctx = opaque;
     char text[GP_SIZE_TEXT_MAX];
     int prev = -1;
-    int rc = device_enter(ctx, "mem_free", &prev);
+    int rc = gp_cuda_device_enter(ctx, "mem_free", &prev);
     if (rc != GP_OK)
         return rc;
 
     cudaError_t err = cudaFree((void *)ptr);
-    clear_own_error(err);
-    device_leave(ctx, prev);
+    gp_cuda_clear_own_error(err);
+    gp_cuda_device_leave(ctx, prev);
     if (err != cudaSuccess)
         return gp_error_set(GP_ERR_DEVICE, "cudaFree(ptr=%p, size=%zu (%s)) on device %d: %s: %s",
                             (void *)ptr, size, gp_format_size(size, text), ctx->device,
@@ -191,18 +199,18 @@ static int cuda_mem_free(void *opaque, gp_devptr ptr, size_t size)
     return GP_OK;
 }
 
-static int cuda_mem_info(void *opaque, size_t *free_bytes, size_t *total_bytes)
+int gp_cuda_mem_info(void *opaque, size_t *free_bytes, size_t *total_bytes)
 {
     const gp_cuda_ctx *ctx = opaque;
     int prev = -1;
-    int rc = device_enter(ctx, "mem_info", &prev);
+    int rc = gp_cuda_device_enter(ctx, "mem_info", &prev);
     if (rc != GP_OK)
         return rc;
 
     size_t free_now = 0, total = 0;
     cudaError_t err = cudaMemGetInfo(&free_now, &total);
-    clear_own_error(err);
-    device_leave(ctx, prev);
+    gp_cuda_clear_own_error(err);
+    gp_cuda_device_leave(ctx, prev);
     if (err != cudaSuccess)
         return gp_error_set(GP_ERR_DEVICE, "cudaMemGetInfo on device %d: %s: %s", ctx->device,
                             cudaGetErrorName(err), cudaGetErrorString(err));
@@ -212,18 +220,18 @@ static int cuda_mem_info(void *opaque, size_t *free_bytes, size_t *total_bytes)
 }
 
 /* post: *out is an event of the pool's device, without timing (cheaper to record and query). */
-static int cuda_event_create(void *opaque, gp_event *out)
+int gp_cuda_event_create(void *opaque, gp_event *out)
 {
     const gp_cuda_ctx *ctx = opaque;
     int prev = -1;
-    int rc = device_enter(ctx, "event_create", &prev);
+    int rc = gp_cuda_device_enter(ctx, "event_create", &prev);
     if (rc != GP_OK)
         return rc;
 
     cudaEvent_t ev = NULL;
     cudaError_t err = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
-    clear_own_error(err);
-    device_leave(ctx, prev);
+    gp_cuda_clear_own_error(err);
+    gp_cuda_device_leave(ctx, prev);
     if (err != cudaSuccess)
         return gp_error_set(GP_ERR_DEVICE,
                             "cudaEventCreateWithFlags(cudaEventDisableTiming) on device %d: %s: %s",
@@ -234,17 +242,17 @@ static int cuda_event_create(void *opaque, gp_event *out)
 
 /* pre: ev from event_create. A recorded event that has not completed may be destroyed: CUDA releases
  * it once it completes. */
-static int cuda_event_destroy(void *opaque, gp_event ev)
+int gp_cuda_event_destroy(void *opaque, gp_event ev)
 {
     const gp_cuda_ctx *ctx = opaque;
     int prev = -1;
-    int rc = device_enter(ctx, "event_destroy", &prev);
+    int rc = gp_cuda_device_enter(ctx, "event_destroy", &prev);
     if (rc != GP_OK)
         return rc;
 
     cudaError_t err = cudaEventDestroy((cudaEvent_t)ev);
-    clear_own_error(err);
-    device_leave(ctx, prev);
+    gp_cuda_clear_own_error(err);
+    gp_cuda_device_leave(ctx, prev);
     if (err != cudaSuccess)
         return gp_error_set(GP_ERR_DEVICE, "cudaEventDestroy(event=%p) on device %d: %s: %s", ev,
                             ctx->device, cudaGetErrorName(err), cudaGetErrorString(err));
@@ -253,17 +261,17 @@ static int cuda_event_destroy(void *opaque, gp_event ev)
 
 /* pre: stream belongs to the pool's device (NULL: that device's default stream, which is why the
  * device must be current here). */
-static int cuda_event_record(void *opaque, gp_event ev, gp_stream stream)
+int gp_cuda_event_record(void *opaque, gp_event ev, gp_stream stream)
 {
     const gp_cuda_ctx *ctx = opaque;
     int prev = -1;
-    int rc = device_enter(ctx, "event_record", &prev);
+    int rc = gp_cuda_device_enter(ctx, "event_record", &prev);
     if (rc != GP_OK)
         return rc;
 
     cudaError_t err = cudaEventRecord((cudaEvent_t)ev, (cudaStream_t)stream);
-    clear_own_error(err);
-    device_leave(ctx, prev);
+    gp_cuda_clear_own_error(err);
+    gp_cuda_device_leave(ctx, prev);
     if (err != cudaSuccess)
         return gp_error_set(GP_ERR_DEVICE,
                             "cudaEventRecord(event=%p, stream=%p) on device %d: %s: %s", ev, stream,
@@ -273,17 +281,17 @@ static int cuda_event_record(void *opaque, gp_event ev, gp_stream stream)
 
 /* GP_OK: completed (or never recorded); GP_ERR_NOT_READY: still pending, not an error, no message.
  * Never blocks. */
-static int cuda_event_query(void *opaque, gp_event ev)
+int gp_cuda_event_query(void *opaque, gp_event ev)
 {
     const gp_cuda_ctx *ctx = opaque;
     int prev = -1;
-    int rc = device_enter(ctx, "event_query", &prev);
+    int rc = gp_cuda_device_enter(ctx, "event_query", &prev);
     if (rc != GP_OK)
         return rc;
 
     cudaError_t err = cudaEventQuery((cudaEvent_t)ev);
-    clear_own_error(err); /* cudaErrorNotReady would otherwise linger as the thread's last error */
-    device_leave(ctx, prev);
+    gp_cuda_clear_own_error(err); /* cudaErrorNotReady would otherwise linger as the thread's last error */
+    gp_cuda_device_leave(ctx, prev);
     if (err == cudaSuccess)
         return GP_OK;
     if (err == cudaErrorNotReady)
@@ -293,17 +301,17 @@ static int cuda_event_query(void *opaque, gp_event ev)
 }
 
 /* Blocks the calling host thread until the event's last record has completed. */
-static int cuda_event_synchronize(void *opaque, gp_event ev)
+int gp_cuda_event_synchronize(void *opaque, gp_event ev)
 {
     const gp_cuda_ctx *ctx = opaque;
     int prev = -1;
-    int rc = device_enter(ctx, "event_synchronize", &prev);
+    int rc = gp_cuda_device_enter(ctx, "event_synchronize", &prev);
     if (rc != GP_OK)
         return rc;
 
     cudaError_t err = cudaEventSynchronize((cudaEvent_t)ev);
-    clear_own_error(err);
-    device_leave(ctx, prev);
+    gp_cuda_clear_own_error(err);
+    gp_cuda_device_leave(ctx, prev);
     if (err != cudaSuccess)
         return gp_error_set(GP_ERR_DEVICE, "cudaEventSynchronize(event=%p) on device %d: %s: %s", ev,
                             ctx->device, cudaGetErrorName(err), cudaGetErrorString(err));
@@ -312,17 +320,17 @@ static int cuda_event_synchronize(void *opaque, gp_event ev)
 
 /* Work queued on `stream` after this call waits for the event's last record; the host does not wait.
  * pre: as for event_record (NULL is the pool device's default stream). */
-static int cuda_stream_wait_event(void *opaque, gp_stream stream, gp_event ev)
+int gp_cuda_stream_wait_event(void *opaque, gp_stream stream, gp_event ev)
 {
     const gp_cuda_ctx *ctx = opaque;
     int prev = -1;
-    int rc = device_enter(ctx, "stream_wait_event", &prev);
+    int rc = gp_cuda_device_enter(ctx, "stream_wait_event", &prev);
     if (rc != GP_OK)
         return rc;
 
     cudaError_t err = cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)ev, 0);
-    clear_own_error(err);
-    device_leave(ctx, prev);
+    gp_cuda_clear_own_error(err);
+    gp_cuda_device_leave(ctx, prev);
     if (err != cudaSuccess)
         return gp_error_set(GP_ERR_DEVICE,
                             "cudaStreamWaitEvent(stream=%p, event=%p, flags=0) on device %d: %s: %s",
@@ -335,13 +343,13 @@ const gp_backend_ops gp_backend_cuda = {
     .name = "cuda",
     .open = cuda_open,
     .close = cuda_close,
-    .mem_alloc = cuda_mem_alloc,
-    .mem_free = cuda_mem_free,
-    .mem_info = cuda_mem_info,
-    .event_create = cuda_event_create,
-    .event_destroy = cuda_event_destroy,
-    .event_record = cuda_event_record,
-    .event_query = cuda_event_query,
-    .event_synchronize = cuda_event_synchronize,
-    .stream_wait_event = cuda_stream_wait_event,
+    .mem_alloc = gp_cuda_mem_alloc,
+    .mem_free = gp_cuda_mem_free,
+    .mem_info = gp_cuda_mem_info,
+    .event_create = gp_cuda_event_create,
+    .event_destroy = gp_cuda_event_destroy,
+    .event_record = gp_cuda_event_record,
+    .event_query = gp_cuda_event_query,
+    .event_synchronize = gp_cuda_event_synchronize,
+    .stream_wait_event = gp_cuda_stream_wait_event,
 };

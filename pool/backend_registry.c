@@ -1,8 +1,8 @@
 /*
  * backend_registry.c — the table of backends built into this library, and lookup by name.
  *
- * "sim" is always built; "cuda" only with GPUPOOL_WITH_CUDA (the CMake option of that name). A new
- * backend (e.g. "vmm") is one more entry in `builtin`.
+ * "sim" and "sim-vmm" are always built; "cuda" and "vmm" only with GPUPOOL_WITH_CUDA (the CMake option
+ * of that name). A new backend is one more entry in `builtin`.
  */
 #include <stddef.h>
 #include <string.h>
@@ -12,14 +12,16 @@
 
 static const gp_backend_ops *const builtin[] = {
     &gp_backend_sim,
+    &gp_backend_sim_vmm,
 #ifdef GPUPOOL_WITH_CUDA
     &gp_backend_cuda,
+    &gp_backend_vmm,
 #endif
 };
 
 #define BUILTIN_COUNT (sizeof builtin / sizeof builtin[0])
 
-/* Writes "sim, cuda" (the names in `builtin`) into buf. */
+/* Writes "sim, sim-vmm, cuda, vmm" (the names in `builtin`) into buf. */
 static const char *builtin_names(char *buf, size_t len)
 {
     size_t used = 0;
@@ -51,7 +53,7 @@ const gp_backend_ops *gp_backend_find(const char *name)
     gp_error_set(GP_ERR_BACKEND, "no backend named '%s' (built in: %s)", name,
                  builtin_names(names, sizeof names));
 #ifndef GPUPOOL_WITH_CUDA
-    if (strcmp(name, "cuda") == 0)
+    if (strcmp(name, "cuda") == 0 || strcmp(name, "vmm") == 0)
         gp_error_append("; this library was built without CUDA (GPUPOOL_WITH_CUDA=OFF)");
 #endif
     return NULL;

@@ -20,6 +20,9 @@
  * snapshot into the waiting stream's clock. At the launch of kernel K on G over range R, every kernel
  * K' still queued (i.e. incomplete) on another stream S with seq(K') > VC_G[S], an overlapping range,
  * and at least one of K, K' writing, is a race. Kernels that completed are ordered by time.
+ * With "sim-vmm" the ranges compared are physical: each kernel carries the memfd pieces its addresses
+ * translated to at launch, so two kernels that reach one physical page through different addresses
+ * (a handle mapped twice, or remapped elsewhere while a kernel still uses it) race as well.
  */
 #include "sim_internal.h"
 
@@ -272,13 +275,15 @@ static void apply_kernel(gp_sim *sim, const gpsim_stream *s, const gpsim_op *op)
 {
     if (op->len == 0)
         return;
+    /* validated at launch; mem_free and unmap run all queued work before memory goes away */
+    assert(sim->vmm != NULL || gpsim_memory_contains(&sim->memory, op->addr, op->len));
     switch (op->kernel_op) {
     case GP_SIM_WRITE:
-        gpsim_memory_write_pattern(&sim->memory, op->addr, op->len, op->seed);
+        gpsim_write_pattern(sim->host_page_size, op->addr, op->len, op->seed);
         break;
     case GP_SIM_CHECK: {
         size_t first_bad = 0;
-        if (!gpsim_memory_check_pattern(&sim->memory, op->addr, op->len, op->seed, &first_bad)) {
+        if (!gpsim_check_pattern(sim->host_page_size, op->addr, op->len, op->seed, &first_bad)) {
             sim->pattern_mismatches++;
             gpsim_violation(sim,
                             "pattern mismatch: CHECK(seed %" PRIu64 ") on stream 0x%" PRIxPTR " [0x%" PRIxPTR ",+%zu) "
@@ -288,7 +293,7 @@ static void apply_kernel(gp_sim *sim, const gpsim_stream *s, const gpsim_op *op)
         break;
     }
     default:
-        gpsim_memory_read(&sim->memory, op->addr, op->len);
+        gpsim_read(sim->host_page_size, op->addr, op->len);
         break;
     }
 }
@@ -319,6 +324,7 @@ static bool step(gp_sim *sim, uint64_t limit)
     assert_stream(next);
     if (op.kind == GPSIM_OP_KERNEL)
         apply_kernel(sim, next, &op);
+    free(op.pieces);
     return true;
 }
 
@@ -375,7 +381,18 @@ static bool ranges_overlap(gp_devptr a, size_t a_len, gp_devptr b, size_t b_len)
     return a < b + b_len && b < a + a_len;
 }
 
-static void check_races(gp_sim *sim, const gpsim_stream *g, gp_devptr addr, size_t len, int kernel_op)
+/* Whether two kernels use a common byte: of physical memory when both were translated ("sim-vmm"),
+ * else of their address ranges. *physical receives the first common physical offset (or stays). */
+static bool kernels_overlap(gp_devptr addr, size_t len, const gpsim_piece *pieces, size_t piece_count,
+                            const gpsim_op *other, uint64_t *physical)
+{
+    if (pieces != NULL && other->pieces != NULL)
+        return gpsim_pieces_overlap(pieces, piece_count, other->pieces, other->piece_count, physical);
+    return ranges_overlap(addr, len, other->addr, other->len);
+}
+
+static void check_races(gp_sim *sim, const gpsim_stream *g, gp_devptr addr, size_t len, int kernel_op,
+                        const gpsim_piece *pieces, size_t piece_count)
 {
     for (size_t i = 0; i < sim->stream_count; i++) {
         const gpsim_stream *s = sim->streams[i];
@@ -391,30 +408,44 @@ static void check_races(gp_sim *sim, const gpsim_stream *g, gp_devptr addr, size
                 continue;
             if (!is_write(kernel_op) && !is_write(other->kernel_op))
                 continue;
-            if (!ranges_overlap(addr, len, other->addr, other->len))
+            uint64_t physical = 0;
+            if (!kernels_overlap(addr, len, pieces, piece_count, other, &physical))
                 continue;
             sim->races++;
-            gpsim_violation(sim,
-                            "race: %s on stream 0x%" PRIxPTR " [0x%" PRIxPTR ",+%zu) while %s on stream 0x%" PRIxPTR
-                            " [0x%" PRIxPTR ",+%zu) (op #%" PRIu64 ") is not ordered before it",
-                            gpsim_kernel_op_name(kernel_op), (uintptr_t)g->handle, addr, len,
-                            gpsim_kernel_op_name(other->kernel_op), (uintptr_t)s->handle, other->addr,
-                            other->len,
-                            other->seq);
+            if (pieces == NULL) {
+                gpsim_violation(sim,
+                                "race: %s on stream 0x%" PRIxPTR " [0x%" PRIxPTR ",+%zu) while %s on stream 0x%" PRIxPTR
+                                " [0x%" PRIxPTR ",+%zu) (op #%" PRIu64 ") is not ordered before it",
+                                gpsim_kernel_op_name(kernel_op), (uintptr_t)g->handle, addr, len,
+                                gpsim_kernel_op_name(other->kernel_op), (uintptr_t)s->handle, other->addr,
+                                other->len,
+                                other->seq);
+            } else {
+                gpsim_violation(sim,
+                                "race: %s on stream 0x%" PRIxPTR " [0x%" PRIxPTR ",+%zu) while %s on stream 0x%" PRIxPTR
+                                " [0x%" PRIxPTR ",+%zu) (op #%" PRIu64 ") is not ordered before it; both use "
+                                "physical memory at offset 0x%" PRIx64,
+                                gpsim_kernel_op_name(kernel_op), (uintptr_t)g->handle, addr, len,
+                                gpsim_kernel_op_name(other->kernel_op), (uintptr_t)s->handle, other->addr,
+                                other->len, other->seq, physical);
+            }
         }
     }
 }
 
 int gpsim_launch(gp_sim *sim, gpsim_stream *stream, gp_devptr addr, size_t len, int kernel_op,
-                 uint64_t seed, uint64_t duration_ns)
+                 uint64_t seed, uint64_t duration_ns, gpsim_piece *pieces, size_t piece_count)
 {
-    if (!queue_reserve(stream))
+    if (!queue_reserve(stream)) {
+        free(pieces);
         return host_oom("a kernel");
+    }
     if (len > 0)
-        check_races(sim, stream, addr, len, kernel_op);
+        check_races(sim, stream, addr, len, kernel_op, pieces, piece_count);
     enqueue(sim, stream,
             (gpsim_op){.kind = GPSIM_OP_KERNEL, .addr = addr, .len = len, .kernel_op = kernel_op,
-                       .seed = seed, .duration_ns = duration_ns});
+                       .seed = seed, .duration_ns = duration_ns, .pieces = pieces,
+                       .piece_count = piece_count});
     settle(sim);
     return GP_OK;
 }
@@ -524,6 +555,9 @@ int gpsim_stream_wait_event(gp_sim *sim, gpsim_stream *stream, const gpsim_event
 void gpsim_clock_destroy(gp_sim *sim)
 {
     for (size_t i = 0; i < sim->stream_count; i++) {
+        gpsim_stream *s = sim->streams[i];
+        for (size_t pos = 0; pos < s->queue_len; pos++) /* work still queued at the final release */
+            free(queue_at(s, pos)->pieces);
         free(sim->streams[i]->queue);
         free(sim->streams[i]->clock);
         free(sim->streams[i]);

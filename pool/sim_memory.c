@@ -12,6 +12,8 @@
  * live allocations sorted by address; frees are checked against it. A free drops the contents
  * (MADV_DONTNEED), so memory read after free-and-reallocate reads zeros, not stale data.
  *
+ * The kernel effects at the end (patterns, reads) serve "sim-vmm" too, whose memory is sim_vmm.c's.
+ *
  * Patterns: WRITE stores, at byte offset o from the start of its range, byte (o % 8) of the 64-bit word
  * pattern_word(seed, o / 8); CHECK recomputes it. A CHECK must therefore use the WRITE's range start.
  */
@@ -257,21 +259,19 @@ static uint64_t pattern_word(uint64_t seed, uint64_t word_index)
 }
 
 /* Opens [addr, addr+len) (rounded out to host pages, which stay inside the 2 MiB granule) with `prot`. */
-static void protect(gpsim_memory *mem, gp_devptr addr, size_t len, int prot)
+static void protect(size_t host_page_size, gp_devptr addr, size_t len, int prot)
 {
-    uintptr_t first = addr / mem->host_page_size * mem->host_page_size;
-    uintptr_t end = round_up(addr + len, mem->host_page_size);
-    assert(first >= (uintptr_t)mem->base && end <= (uintptr_t)mem->base + mem->span);
+    uintptr_t first = addr / host_page_size * host_page_size;
+    uintptr_t end = round_up(addr + len, host_page_size);
     if (mprotect((void *)first, end - first, prot) != 0) {
         fprintf(stderr, "gpupool sim: mprotect of simulated device memory failed: %s\n", strerror(errno));
         abort();
     }
 }
 
-void gpsim_memory_write_pattern(gpsim_memory *mem, gp_devptr addr, size_t len, uint64_t seed)
+void gpsim_write_pattern(size_t host_page_size, gp_devptr addr, size_t len, uint64_t seed)
 {
-    assert(gpsim_memory_contains(mem, addr, len));
-    protect(mem, addr, len, PROT_READ | PROT_WRITE);
+    protect(host_page_size, addr, len, PROT_READ | PROT_WRITE);
     unsigned char *bytes = (unsigned char *)addr;
     size_t words = len / 8;
     for (size_t w = 0; w < words; w++) {
@@ -282,14 +282,13 @@ void gpsim_memory_write_pattern(gpsim_memory *mem, gp_devptr addr, size_t len, u
         uint64_t value = pattern_word(seed, words);
         memcpy(bytes + words * 8, &value, len % 8);
     }
-    protect(mem, addr, len, PROT_NONE);
+    protect(host_page_size, addr, len, PROT_NONE);
 }
 
-bool gpsim_memory_check_pattern(gpsim_memory *mem, gp_devptr addr, size_t len, uint64_t seed,
-                                size_t *first_bad)
+bool gpsim_check_pattern(size_t host_page_size, gp_devptr addr, size_t len, uint64_t seed,
+                         size_t *first_bad)
 {
-    assert(gpsim_memory_contains(mem, addr, len));
-    protect(mem, addr, len, PROT_READ);
+    protect(host_page_size, addr, len, PROT_READ);
     const unsigned char *bytes = (const unsigned char *)addr;
     bool ok = true;
     for (size_t w = 0; w * 8 < len && ok; w++) {
@@ -304,20 +303,19 @@ bool gpsim_memory_check_pattern(gpsim_memory *mem, gp_devptr addr, size_t len, u
             ok = false;
         }
     }
-    protect(mem, addr, len, PROT_NONE);
+    protect(host_page_size, addr, len, PROT_NONE);
     return ok;
 }
 
-void gpsim_memory_read(gpsim_memory *mem, gp_devptr addr, size_t len)
+void gpsim_read(size_t host_page_size, gp_devptr addr, size_t len)
 {
-    assert(gpsim_memory_contains(mem, addr, len));
-    protect(mem, addr, len, PROT_READ);
+    protect(host_page_size, addr, len, PROT_READ);
     /* Touch the first byte and one byte per host page: enough to fault on memory that is not open. */
     const volatile unsigned char *bytes = (const volatile unsigned char *)addr;
     unsigned char sink = bytes[0];
-    for (size_t off = mem->host_page_size - addr % mem->host_page_size; off < len; off += mem->host_page_size)
+    for (size_t off = host_page_size - addr % host_page_size; off < len; off += host_page_size)
         sink ^= bytes[off];
     sink ^= bytes[len - 1];
     (void)sink;
-    protect(mem, addr, len, PROT_NONE);
+    protect(host_page_size, addr, len, PROT_NONE);
 }
