@@ -23,7 +23,8 @@ static const char replay_usage[] =
     "host time per event.\n"
     "\n"
     "  --device-memory SIZE  capacity of the simulated GPU (default 80GiB; sizes take KiB/MiB/GiB)\n"
-    "  --conf CONF           pool configuration, \"key:value,...\" (see `gpupool help config`)\n"
+    "  --conf CONF           pool configuration, \"key:value,...\" (see `gpupool help config`);\n"
+    "                        backend:sim-vmm replays on virtual memory (stitching, growth in place)\n"
     "  --repeat N            replay each trace N times on one pool, freeing what is live in between\n"
     "                        (as a training loop would); time per event is the median over passes\n"
     "  --json                print exactly one JSON object on stdout\n"
@@ -93,6 +94,10 @@ static void print_text(const gp_trace *t, const gp_replay_result *r)
     printf("  device calls          %llu allocate, %llu free; %llu in the first pass, %llu in the last\n",
            (unsigned long long)r->device_alloc_calls, (unsigned long long)r->device_free_calls,
            (unsigned long long)r->device_calls_first_repeat, (unsigned long long)r->device_calls_last_repeat);
+    if (r->map_calls + r->unmap_calls > 0)
+        printf("  map calls             %llu map, %llu unmap; %llu in the first pass, %llu in the last\n",
+               (unsigned long long)r->map_calls, (unsigned long long)r->unmap_calls,
+               (unsigned long long)r->map_calls_first_repeat, (unsigned long long)r->map_calls_last_repeat);
     printf("  failed allocations    %llu\n", (unsigned long long)r->failed_allocations);
     if (r->first_failure[0])
         printf("  first failure         %s\n", r->first_failure);
@@ -126,6 +131,9 @@ static void print_json_trace(FILE *f, const gp_trace *t, const gp_replay_result 
             t->num_frees, t->num_alloc_failures, t->unknown_frees, t->double_allocs, t->num_streams,
             t->num_threads, (unsigned long long)r->failed_frees, (unsigned long long)r->segments_end);
     json_string(f, dm);
+    fprintf(f, ",\"map_calls\":%llu,\"unmap_calls\":%llu,\"map_calls_first_repeat\":%llu,\"map_calls_last_repeat\":%llu",
+            (unsigned long long)r->map_calls, (unsigned long long)r->unmap_calls,
+            (unsigned long long)r->map_calls_first_repeat, (unsigned long long)r->map_calls_last_repeat);
     fputs(",\"conf\":", f);
     json_string(f, conf);
     fputs(",\"first_failure\":", f);

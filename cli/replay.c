@@ -151,9 +151,14 @@ static void free_live(const gp_trace *t, replay_state *s, gp_replay_result *r)
     s->live = 0;
 }
 
+/* Calls that take or give device memory: cudaMalloc/cudaFree, or cuMemCreate/cuMemRelease. */
+#define DEVICE_ALLOC_CALLS (GP_SIM_CALL_MEM_ALLOC | GP_SIM_CALL_PHYS_CREATE)
+#define DEVICE_FREE_CALLS (GP_SIM_CALL_MEM_FREE | GP_SIM_CALL_PHYS_RELEASE)
+#define MAP_CALLS (GP_SIM_CALL_MAP | GP_SIM_CALL_UNMAP)
+
 static uint64_t device_calls(gp_sim *sim)
 {
-    return gp_sim_calls(sim, GP_SIM_CALL_MEM_ALLOC | GP_SIM_CALL_MEM_FREE);
+    return gp_sim_calls(sim, DEVICE_ALLOC_CALLS | DEVICE_FREE_CALLS);
 }
 
 int gp_replay_run(const gp_trace *trace, const gp_replay_options *options, gp_replay_result *result,
@@ -171,7 +176,7 @@ int gp_replay_run(const gp_trace *trace, const gp_replay_options *options, gp_re
     const char *dm = o->device_memory && o->device_memory[0] ? o->device_memory
                                                              : GP_REPLAY_DEFAULT_DEVICE_MEMORY;
     const char *conf = o->conf ? o->conf : "";
-    size_t cfg_len = strlen(dm) + strlen(conf) + 32;
+    size_t cfg_len = strlen(dm) + strlen(conf) + 48;
     char *cfg = malloc(cfg_len);
     replay_state s = {0};
     double *ns = malloc(repeats * sizeof *ns);
@@ -182,8 +187,9 @@ int gp_replay_run(const gp_trace *trace, const gp_replay_options *options, gp_re
         ret = fail(err, errlen, "%s: out of host memory", trace->path);
         goto out;
     }
-    snprintf(cfg, cfg_len, "device_memory:%s%s%s", dm, conf[0] ? "," : "", conf);
-    int rc = gp_pool_create(&s.pool, 0, "sim", cfg);
+    /* backend:sim unless --conf names another (sim-vmm); later keys override earlier ones */
+    snprintf(cfg, cfg_len, "backend:sim,device_memory:%s%s%s", dm, conf[0] ? "," : "", conf);
+    int rc = gp_pool_create(&s.pool, 0, NULL, cfg);
     if (rc != GP_OK) {
         ret = fail(err, errlen, "cannot create a pool with \"%s\": %s: %s", cfg, gp_strerror(rc),
                    gp_last_error());
@@ -192,7 +198,7 @@ int gp_replay_run(const gp_trace *trace, const gp_replay_options *options, gp_re
     }
     s.sim = gp_sim_of(s.pool);
     if (s.sim == NULL) {
-        ret = fail(err, errlen, "the pool has no simulated GPU behind it");
+        ret = fail(err, errlen, "replay runs on a simulated GPU: backend sim or sim-vmm, not the one in \"%s\"", cfg);
         goto out;
     }
     for (size_t i = 0; i < trace->num_streams; i++)
@@ -201,6 +207,7 @@ int gp_replay_run(const gp_trace *trace, const gp_replay_options *options, gp_re
     uint64_t calls_before_pass = device_calls(s.sim);
     for (unsigned rep = 0; rep < repeats; rep++) {
         calls_before_pass = device_calls(s.sim);
+        uint64_t maps_before_pass = gp_sim_calls(s.sim, MAP_CALLS);
         if (o->observe) {
             uint64_t t0 = now_ns();
             run_pass_observed(trace, &s, r, o, rep);
@@ -214,9 +221,13 @@ int gp_replay_run(const gp_trace *trace, const gp_replay_options *options, gp_re
         free_live(trace, &s, r);
         gp_sim_synchronize(s.sim);
         uint64_t calls = device_calls(s.sim) - calls_before_pass;
-        if (rep == 0)
+        uint64_t maps = gp_sim_calls(s.sim, MAP_CALLS) - maps_before_pass;
+        if (rep == 0) {
             r->device_calls_first_repeat = calls;
+            r->map_calls_first_repeat = maps;
+        }
         r->device_calls_last_repeat = calls;
+        r->map_calls_last_repeat = maps;
     }
 
     gp_stats stats;
@@ -241,8 +252,10 @@ int gp_replay_run(const gp_trace *trace, const gp_replay_options *options, gp_re
     r->sim_peak_bytes = report.allocated_peak;
     r->segments_end = stats.segments;
     r->reserved_over_live = s.peak_live ? (double)stats.reserved_bytes_peak / (double)s.peak_live : 0.0;
-    r->device_alloc_calls = gp_sim_calls(s.sim, GP_SIM_CALL_MEM_ALLOC);
-    r->device_free_calls = gp_sim_calls(s.sim, GP_SIM_CALL_MEM_FREE);
+    r->device_alloc_calls = gp_sim_calls(s.sim, DEVICE_ALLOC_CALLS);
+    r->device_free_calls = gp_sim_calls(s.sim, DEVICE_FREE_CALLS);
+    r->map_calls = gp_sim_calls(s.sim, GP_SIM_CALL_MAP);
+    r->unmap_calls = gp_sim_calls(s.sim, GP_SIM_CALL_UNMAP);
 
     r->host_ns_per_event_first = ns[0];
     qsort(ns, repeats, sizeof *ns, compare_double);

@@ -43,10 +43,13 @@ typedef struct gp_replay_result {
     uint64_t peak_allocated_bytes; /* the pool's allocated_bytes_peak (rounded block sizes) */
     uint64_t sim_peak_bytes;       /* the sim's own peak of device memory allocated (2 MiB pages) */
     double reserved_over_live;     /* peak_reserved_bytes / peak_live_bytes */
-    uint64_t device_alloc_calls;   /* device allocate calls, all passes */
-    uint64_t device_free_calls;    /* device free calls, all passes */
+    uint64_t device_alloc_calls;   /* device allocate calls (cudaMalloc or cuMemCreate), all passes */
+    uint64_t device_free_calls;    /* device free calls (cudaFree or cuMemRelease), all passes */
     uint64_t device_calls_last_repeat; /* device allocate + free calls in the last pass */
     uint64_t device_calls_first_repeat;
+    uint64_t map_calls, unmap_calls;   /* pages mapped and unmapped, all passes (sim-vmm; 0 on sim) */
+    uint64_t map_calls_last_repeat;    /* map + unmap calls in the last pass */
+    uint64_t map_calls_first_repeat;
     uint64_t failed_allocations;   /* gp_alloc failures, all passes */
     uint64_t failed_frees;         /* gp_free failures (a pool bug if ever non-zero) */
     uint64_t trace_alloc_failures; /* `allocate failure` lines per pass (not replayed) */

@@ -119,6 +119,14 @@ GP_API int gp_record_stream(gp_pool *pool, void *ptr, gp_stream stream);
  */
 GP_API int gp_trim(gp_pool *pool, size_t keep_bytes, size_t *released);
 
+/*
+ * Maintenance, off the allocation fast path: gives back cached memory above release_threshold and
+ * memory idle longer than idle_release (configuration keys; both off by default). The pool runs it on
+ * its slow paths too; call it from an idle loop or timer to let an idle pool shrink. *released
+ * (optional) receives the bytes given back.
+ */
+GP_API int gp_maintain(gp_pool *pool, size_t *released);
+
 /* ---- statistics ------------------------------------------------------------------------------- */
 
 #define GP_STATS_VERSION 1
@@ -149,6 +157,13 @@ typedef struct gp_stats {
     uint64_t num_stream_waits;     /* times a stream was made to wait on another stream's event */
     uint64_t num_events_created;   /* device events created (they are pooled) */
     uint64_t streams;              /* streams seen */
+    /* virtual memory backends (vmm, sim-vmm); 0 otherwise */
+    uint64_t mapped_bytes;         /* physical memory mapped into the pool's ranges */
+    uint64_t unmapped_cached_bytes; /* physical memory kept unmapped for reuse (reserved - mapped) */
+    uint64_t num_maps;             /* pages mapped */
+    uint64_t num_unmaps;           /* pages unmapped */
+    uint64_t num_stitches;         /* requests served by moving cached free pages into a new range */
+    uint64_t idle_released_bytes;  /* bytes given back by idle_release and release_threshold */
     uint64_t size_class_allocs[GP_SIZE_CLASS_COUNT]; /* allocations per power-of-two class */
 } gp_stats;
 

@@ -56,6 +56,7 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t bytes, bool small,
     }
     seg->addr = addr;
     seg->size = bytes;
+    seg->mapped_bytes = bytes;
     seg->small = small;
     seg->serial = p->next_serial++;
     seg->first = b;
@@ -122,10 +123,38 @@ static int out_of_memory(gp_pool_state *p, size_t size, gp_stream stream)
                         req, stream, cached, known ? dev_free : "unknown", total);
 }
 
+/* The slow path on a virtual memory backend (vmm.c): grow in place, stitch, or map new pages. A
+ * fast path on st may take the new memory between growth and adoption, so growth is retried. */
+static int alloc_slow_vmm(gp_pool_state *p, gp_stream_state *st, size_t size, size_t rsize, bool small, void **out)
+{
+    gp_block *b = adopt_and_take(p, st, NULL, small, rsize, size);
+    int rc = GP_OK;
+    for (int attempt = 0; b == NULL && attempt < 3; attempt++) {
+        rc = gp_vmm_grow(p, st, rsize, small);
+        if (rc != GP_OK)
+            break;
+        b = adopt_and_take(p, st, NULL, small, rsize, size);
+    }
+    if (b != NULL) {
+        *out = (void *)b->addr;
+        return GP_OK;
+    }
+    if (rc == GP_OK)
+        rc = gp_error_set(GP_ERR_OOM, "out of host memory for block metadata");
+    return rc == GP_ERR_OOM ? out_of_memory(p, size, st->handle) : rc;
+}
+
 /* The slow path: called with no lock held. */
 static int alloc_slow(gp_pool_state *p, gp_stream_state *st, size_t size, size_t rsize, bool small, void **out)
 {
     pthread_mutex_lock(&p->lock);
+    int failed;
+    gp_maintain_locked(p, &failed); /* a failure to give memory back does not fail the allocation */
+    if (p->page != 0) {
+        int rc = alloc_slow_vmm(p, st, size, rsize, small, out);
+        pthread_mutex_unlock(&p->lock);
+        return rc;
+    }
     int rc = GP_OK;
     gp_block *b = adopt_and_take(p, st, NULL, small, rsize, size);
     gp_segment *seg = NULL;

@@ -22,7 +22,7 @@
 #define GIB ((size_t)1 << 30)
 #define DEVICE_PAGE (2 * MIB)
 
-typedef enum { KEY_STRING, KEY_SIZE, KEY_UINT, KEY_BOOL, KEY_FRACTION } key_kind;
+typedef enum { KEY_STRING, KEY_SIZE, KEY_UINT, KEY_BOOL, KEY_FRACTION, KEY_SIZE_OR_NONE, KEY_SECONDS } key_kind;
 
 typedef struct key_spec {
     const char *name;
@@ -37,10 +37,10 @@ typedef struct key_spec {
 
 static const key_spec keys[] = {
     {"backend", KEY_STRING, FIELD(backend), GP_CONFIG_NAME_MAX, "cuda",
-     "device backend when gp_pool_create gets NULL: cuda or sim"},
+     "device backend when gp_pool_create gets NULL: cuda, vmm (CUDA virtual memory), sim or sim-vmm"},
     {"device_memory", KEY_SIZE, FIELD(device_memory), 0, "80GiB",
      "sim backend: capacity of the simulated device"},
-    {"small_size", KEY_SIZE, FIELD(small_size), 0, "1MiB",
+    {"small_size", KEY_SIZE, FIELD(small_size), 0, "512KiB",
      "requests up to this size are packed into small segments"},
     {"small_segment", KEY_SIZE, FIELD(small_segment), 0, "2MiB",
      "size of one small segment (a multiple of 2 MiB)"},
@@ -56,6 +56,14 @@ static const key_spec keys[] = {
      "when the device is full, let a stream wait on another's event to take its free segments"},
     {"cache_slack", KEY_FRACTION, FIELD(cache_slack), 0, "0.04",
      "before growing past (1 + this) x peak allocated bytes, give back wholly free cached segments (off = never)"},
+    {"defrag", KEY_BOOL, FIELD(defrag), 0, "on",
+     "vmm backends: map cached free pages into a new contiguous range instead of creating memory"},
+    {"vmm_reserve", KEY_SIZE, FIELD(vmm_reserve), 0, "0",
+     "vmm backends: virtual address space reserved per growing range (0 = the device's memory)"},
+    {"release_threshold", KEY_SIZE_OR_NONE, FIELD(release_threshold), 0, "none",
+     "cached bytes kept when maintenance runs (gp_maintain, slow paths); none = keep all"},
+    {"idle_release", KEY_SECONDS, FIELD(idle_release), 0, "off",
+     "give back cached memory idle this long (e.g. 30s, 500ms; real time, or virtual time on the sim)"},
     {"log", KEY_STRING, FIELD(log_path), sizeof(((gp_config *)0)->log_path), "",
      "write every allocate and free to this file as an RMM allocation-log CSV"},
 };
@@ -134,6 +142,40 @@ static bool parse_fraction(const char *text, double *out)
     return true;
 }
 
+/* "none"/"off" (SIZE_MAX) or a size. */
+static bool parse_size_or_none(const char *text, size_t *out)
+{
+    if (strcasecmp(text, "none") == 0 || strcasecmp(text, "off") == 0) {
+        *out = SIZE_MAX;
+        return true;
+    }
+    return gp_parse_size(text, out);
+}
+
+/* "off" (-1) or a duration: "30", "30s", "500ms", "2m". */
+static bool parse_seconds(const char *text, double *out)
+{
+    if (strcasecmp(text, "off") == 0) {
+        *out = -1.0;
+        return true;
+    }
+    if (!isdigit((unsigned char)text[0]))
+        return false;
+    errno = 0;
+    char *end = NULL;
+    double value = strtod(text, &end);
+    if (errno != 0 || !isfinite(value) || value < 0)
+        return false;
+    double scale = strcmp(end, "") == 0 || strcmp(end, "s") == 0 ? 1.0
+                   : strcmp(end, "ms") == 0                      ? 1e-3
+                   : strcmp(end, "m") == 0                       ? 60.0
+                                                                 : -1.0;
+    if (scale < 0)
+        return false;
+    *out = value * scale;
+    return true;
+}
+
 static const key_spec *find_key(const char *name)
 {
     for (size_t i = 0; i < KEY_COUNT; i++)
@@ -167,6 +209,16 @@ static int apply_one(gp_config *cfg, const key_spec *key, const char *value, con
         if (!parse_bool(value, (bool *)field))
             return gp_error_set(GP_ERR_CONFIG, "%s: '%s' is not true/false for key '%s'", origin, value,
                                 key->name);
+        return GP_OK;
+    case KEY_SIZE_OR_NONE:
+        if (!parse_size_or_none(value, (size_t *)field))
+            return gp_error_set(GP_ERR_CONFIG, "%s: '%s' is not a size or none for key '%s'", origin, value,
+                                key->name);
+        return GP_OK;
+    case KEY_SECONDS:
+        if (!parse_seconds(value, (double *)field))
+            return gp_error_set(GP_ERR_CONFIG, "%s: '%s' is not a duration (30s, 500ms, 2m) or off for key '%s'",
+                                origin, value, key->name);
         return GP_OK;
     case KEY_FRACTION:
         if (!parse_fraction(value, (double *)field))
@@ -236,8 +288,12 @@ int gp_config_apply(gp_config *cfg, const char *text, const char *origin)
 
 int gp_config_validate(const gp_config *cfg)
 {
-    if (strcmp(cfg->backend, "cuda") != 0 && strcmp(cfg->backend, "sim") != 0)
-        return gp_error_set(GP_ERR_CONFIG, "backend '%s' unknown (cuda or sim)", cfg->backend);
+    static const char *const backends[] = {"cuda", "vmm", "sim", "sim-vmm"};
+    bool known = false;
+    for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++)
+        known = known || strcmp(cfg->backend, backends[i]) == 0;
+    if (!known)
+        return gp_error_set(GP_ERR_CONFIG, "backend '%s' unknown (cuda, vmm, sim or sim-vmm)", cfg->backend);
     if (cfg->device_memory < DEVICE_PAGE)
         return gp_error_set(GP_ERR_CONFIG, "device_memory %zu is below one 2 MiB device page", cfg->device_memory);
     if (cfg->small_segment == 0 || cfg->small_segment % DEVICE_PAGE != 0)

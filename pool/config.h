@@ -22,6 +22,10 @@ typedef struct gp_config {
     unsigned pending_scan;  /* pending frees whose events are queried per allocation */
     bool steal_wait;        /* on device OOM, take busy free segments of other streams by waiting */
     double cache_slack;     /* growth past (1 + this) x peak allocated first gives back free segments; < 0 = off */
+    bool defrag;            /* vmm: stitch cached free pages into new ranges before creating memory */
+    size_t vmm_reserve;     /* vmm: virtual bytes reserved per growing range; 0 = the device's memory */
+    size_t release_threshold; /* cached bytes kept when maintenance runs; SIZE_MAX = keep all */
+    double idle_release;    /* seconds after which idle cached memory is given back; < 0 = never */
     char log_path[1024];    /* "" or a file to which every allocate/free is logged as RMM CSV */
 } gp_config;
 

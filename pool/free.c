@@ -59,9 +59,9 @@ static bool reserve_use(gp_block *b)
 
 void gp_block_to_heap(gp_pool_state *p, gp_stream_state *owner, gp_block *b)
 {
-    (void)p;
     assert(b->segment->owner == owner);
-    gp_heap_release(gp_heap_of(owner, b->segment->small), &owner->blocks, b);
+    gp_block *merged = gp_heap_release(gp_heap_of(owner, b->segment->small), &owner->blocks, b);
+    merged->free_since = atomic_load_explicit(&p->coarse_now, memory_order_relaxed);
     owner->fence_dirty = true;
 }
 
@@ -182,7 +182,10 @@ int gp_diagnose_pointer(gp_pool_state *p, uintptr_t addr, const char *fn)
     char size[GP_SIZE_TEXT_MAX];
     gp_format_size(b->size, size);
     int rc;
-    if (b->state == GP_BLOCK_LIVE && b->addr != addr)
+    if (b->state == GP_BLOCK_UNMAPPED)
+        rc = gp_error_set(GP_ERR_NOT_OWNED, "%s: %p lies in an unmapped part of the pool's address range at %p (%s)",
+                          fn, (void *)addr, (void *)b->addr, size);
+    else if (b->state == GP_BLOCK_LIVE && b->addr != addr)
         rc = gp_error_set(GP_ERR_INTERIOR, "%s: %p points %zu bytes into the live block at %p (%s); pass the block's start",
                           fn, (void *)addr, (size_t)(addr - b->addr), (void *)b->addr, size);
     else if (b->state == GP_BLOCK_LIVE) /* live, but allocated after this call looked for it */
@@ -233,10 +236,15 @@ GP_API int gp_free(gp_pool *pool, void *ptr, gp_stream stream)
                             ptr, stream);
     uintptr_t addr = (uintptr_t)ptr;
     size_t requested = 0;
+    bool maintain = false;
     pthread_mutex_lock(&st->lock);
     gp_block *b = gp_block_map_remove(&st->live, addr);
     if (b != NULL) {
         requested = b->requested;
+        if (p->maintains && ++st->frees_since_maintain >= GP_MAINTAIN_FREES) {
+            st->frees_since_maintain = 0;
+            maintain = true;
+        }
         if (b->use_count == 0) {
             retire(p, st, b);
             gp_block_to_heap(p, st, b);
@@ -247,6 +255,11 @@ GP_API int gp_free(gp_pool *pool, void *ptr, gp_stream stream)
         }
     }
     pthread_mutex_unlock(&st->lock);
+    if (maintain && pthread_mutex_trylock(&p->lock) == 0) { /* never wait for it on a free */
+        int failed;
+        gp_maintain_locked(p, &failed);
+        pthread_mutex_unlock(&p->lock);
+    }
     if (b == NULL)
         rc = free_slow(p, addr, st);
     if (rc == GP_OK && p->log != NULL)

@@ -127,6 +127,7 @@ gp_block *gp_heap_take(gp_heap *heap, gp_block_cache *cache, size_t size)
         rest->size = b->size - size;
         rest->segment = b->segment;
         rest->state = GP_BLOCK_FREE;
+        rest->free_since = b->free_since;
         rest->prev = b;
         rest->next = b->next;
         if (b->next != NULL)

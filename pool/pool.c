@@ -108,6 +108,13 @@ GP_API int gp_pool_create(gp_pool **out, int device, const char *backend, const 
         if (rc != GP_OK)
             ops->close(p->ctx);
     }
+    if (rc == GP_OK && gp_backend_has_vmm(ops)) {
+        rc = ops->vm_granularity(p->ctx, &p->page);
+        if (rc == GP_OK && (p->page == 0 || p->page % GP_GRANULE != 0 || GP_DEVICE_PAGE % p->page != 0))
+            rc = gp_error_set(GP_ERR_BACKEND, "gp_pool_create: the device's page of %zu bytes is not supported", p->page);
+        if (rc != GP_OK)
+            ops->close(p->ctx);
+    }
     if (rc == GP_OK && cfg.log_path[0] != '\0') {
         rc = gp_trace_log_open(&p->log, cfg.log_path);
         if (rc != GP_OK)
@@ -121,6 +128,8 @@ GP_API int gp_pool_create(gp_pool **out, int device, const char *backend, const 
     }
     pthread_mutex_init(&p->lock, NULL);
     gp_event_pool_init(&p->events, ops, p->ctx);
+    p->maintains = cfg.idle_release >= 0 || cfg.release_threshold != SIZE_MAX;
+    atomic_store(&p->coarse_now, gp_clock_now(p));
     shell->state = p;
     shell->magic = GP_POOL_MAGIC_LIVE;
     *out = shell;
@@ -180,15 +189,18 @@ GP_API int gp_pool_destroy(gp_pool *pool, gp_leak_report *report)
     }
     for (unsigned i = 0; i < count; i++)
         leaks.live_bytes += p->streams.by_index[i]->allocated_bytes;
+    if (p->page != 0)
+        not_returned += gp_vmm_destroy(p, &failed);
     gp_segment *seg = p->segments_head;
     while (seg != NULL) {
         gp_segment *next = seg->next;
-        int frc = p->ops->mem_free(p->ctx, seg->addr, seg->size);
+        int frc = seg->pages != NULL ? GP_OK : p->ops->mem_free(p->ctx, seg->addr, seg->size);
         if (frc != GP_OK) {
             not_returned += seg->size;
             if (failed == GP_OK)
                 failed = frc;
         }
+        free(seg->pages);
         for (gp_block *b = seg->first; b != NULL;) {
             gp_block *bn = b->next;
             free(b->uses);
@@ -208,6 +220,8 @@ GP_API int gp_pool_destroy(gp_pool *pool, gp_leak_report *report)
     gp_unlock_all_streams(p);
     pthread_mutex_unlock(&p->lock);
 
+    free(p->pooled);
+    free(p->pooled_since);
     gp_trace_log_close(p->log);
     p->ops->close(p->ctx);
     gp_stream_table_free(&p->streams);
@@ -241,7 +255,7 @@ GP_API int gp_pool_destroy(gp_pool *pool, gp_leak_report *report)
 GP_API gp_sim *gp_sim_of(gp_pool *pool)
 {
     gp_pool_state *p = NULL;
-    if (gp_pool_enter(pool, "gp_sim_of", &p) != GP_OK || p->ops != &gp_backend_sim)
+    if (gp_pool_enter(pool, "gp_sim_of", &p) != GP_OK || (p->ops != &gp_backend_sim && p->ops != &gp_backend_sim_vmm))
         return NULL;
     return gp_backend_sim_instance(p->ctx);
 }
@@ -267,6 +281,12 @@ GP_API int gp_check(gp_pool *pool)
     size_t reserved = 0, allocated = 0, free_bytes = 0, pending = 0, segments = 0, live_blocks = 0;
     for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
         segments++;
+        CHECK((seg->pages != NULL) == (p->page != 0), "segment %p is of the wrong kind for the backend",
+              (void *)seg->addr);
+        if (seg->pages != NULL) {
+            const char *broken = gp_vmm_check_segment(p, seg);
+            CHECK(broken == NULL, "range %p: %s", (void *)seg->addr, broken);
+        }
         CHECK(seg->size % GP_DEVICE_PAGE == 0, "segment %p size %zu is not whole device pages", (void *)seg->addr, seg->size);
         CHECK(seg->first != NULL && seg->first->prev == NULL && seg->first->addr == seg->addr,
               "segment %p does not start with its first block", (void *)seg->addr);
@@ -288,13 +308,13 @@ GP_API int gp_check(gp_pool *pool)
                       (void *)b->addr);
             } else if (b->state == GP_BLOCK_FREE) {
                 free_bytes += b->size;
-            } else {
+            } else if (b->state == GP_BLOCK_PENDING) {
                 pending += b->size;
             }
         }
         CHECK(covered == seg->size, "blocks of segment %p cover %zu of its %zu bytes", (void *)seg->addr, covered,
               seg->size);
-        reserved += seg->size;
+        reserved += seg->mapped_bytes;
     }
     size_t heap_free = 0, stream_pending = 0, mapped = 0;
     for (unsigned i = 0; i < count; i++) {
@@ -304,7 +324,9 @@ GP_API int gp_check(gp_pool *pool)
         mapped += st->live.count;
     }
     CHECK(segments == p->segment_count, "%zu segments listed, %zu counted", segments, p->segment_count);
-    CHECK(reserved == atomic_load(&p->reserved), "reserved %zu != sum of segments %zu", atomic_load(&p->reserved),
+    size_t pooled = p->pooled_count * p->page;
+    reserved += pooled;
+    CHECK(reserved == atomic_load(&p->reserved), "reserved %zu != mapped + pooled bytes %zu", atomic_load(&p->reserved),
           reserved);
     size_t stream_allocated = 0;
     int64_t unflushed = 0;
@@ -320,8 +342,8 @@ GP_API int gp_check(gp_pool *pool)
     CHECK(free_bytes == heap_free, "free blocks hold %zu bytes but the heaps count %zu", free_bytes, heap_free);
     CHECK(pending == stream_pending, "pending blocks hold %zu bytes but the streams count %zu", pending, stream_pending);
     CHECK(live_blocks == mapped, "%zu live blocks, %zu in the streams' maps", live_blocks, mapped);
-    CHECK(allocated + free_bytes + pending == reserved, "allocated %zu + cached %zu != reserved %zu", allocated,
-          free_bytes + pending, reserved);
+    CHECK(allocated + free_bytes + pending + pooled == reserved, "allocated %zu + cached %zu != reserved %zu",
+          allocated, free_bytes + pending + pooled, reserved);
 out:
     gp_unlock_all_streams(p);
     pthread_mutex_unlock(&p->lock);

@@ -8,8 +8,10 @@
  * destroy) hold every stream lock, taken in index order.
  *
  * Accounting invariant (checked by gp_check and, under assertions, by gp_get_stats):
- *     allocated + cached == reserved,  cached == sum of heap free_bytes + sum of pending_bytes,
- *     reserved == sum of segment sizes,  allocated == sum of LIVE block sizes.
+ *     allocated + cached == reserved,  allocated == sum of LIVE block sizes,
+ *     cached == sum of heap free_bytes + sum of pending_bytes + pooled_count * page,
+ *     reserved == sum of segment sizes (device allocations), or, on a virtual memory backend,
+ *     reserved == physical bytes == sum of segments' mapped_bytes + pooled_count * page.
  */
 #ifndef GP_POOL_STATE_H
 #define GP_POOL_STATE_H
@@ -45,6 +47,18 @@ typedef struct gp_pool_state {
     uint64_t next_serial;
     gp_trace_log *log;
 
+    /* Virtual memory backends (vmm.c): page is the mapping granularity (0 on other backends); the
+     * pooled handles are physical pages mapped nowhere, kept for reuse (pool lock). */
+    size_t page;
+    size_t stitch_allowance; /* bytes stitched so far: added to the cache cap (see gp_vmm_grow) */
+    gp_phys *pooled;
+    uint64_t *pooled_since;
+    size_t pooled_count, pooled_capacity;
+    atomic_uint_fast64_t num_maps, num_unmaps, num_stitches, idle_released_bytes;
+    atomic_uint_fast64_t coarse_now;     /* the clock (ns) as of the last slow path or maintenance */
+    atomic_uint_fast64_t frees_since_maintain;
+    bool maintains;                      /* release_threshold or idle_release is set */
+
     /* Allocated bytes are exact per stream (stream->allocated_bytes); the shared total below lags
      * each stream by its `unflushed` delta, under GP_FLUSH_BYTES, so that the fast paths of several
      * streams do not write one cache line. See gp_account. */
@@ -73,6 +87,7 @@ void gp_lock_all_streams(gp_pool_state *p);
 void gp_unlock_all_streams(gp_pool_state *p);
 
 #define GP_FLUSH_BYTES ((int64_t)16 << 20)
+#define GP_MAINTAIN_FREES 4096 /* frees on one stream between maintenance runs (when configured) */
 
 /* Raises *peak to at least value. */
 static inline void gp_raise_peak(atomic_size_t *peak, size_t value)
@@ -150,6 +165,9 @@ gp_segment *gp_steal_segment(gp_pool_state *p, gp_stream_state *st, size_t size,
  * stream lock. Device failures keep the segment cached; *failed (optional) receives the first
  * failure's code. */
 size_t gp_release_free_segments(gp_pool_state *p, size_t want, size_t keep, int *failed);
+/* Gives one wholly free device-allocation segment back (GP_ERR_INVALID if it is not wholly free). Pool
+ * lock held, no stream lock. */
+int gp_release_segment(gp_pool_state *p, gp_segment *seg);
 /* Returns every stream's completed pending blocks to its heap. Pool lock held, no stream lock. */
 void gp_collect_all_pending(gp_pool_state *p);
 /*
@@ -167,5 +185,25 @@ size_t gp_cache_cap(gp_pool_state *p, size_t rsize);
  * Pool lock held, no stream lock.
  */
 void gp_release_over_cap(gp_pool_state *p, size_t bytes, size_t cap);
+
+/* ---- vmm.c ---- */
+/* The slow-path growth on a virtual memory backend: makes a FREE block of at least `rsize` in st's
+ * heap of kind `small` by mapping pooled, stitched or new physical pages into st's ranges. Pool lock
+ * held, no stream lock. */
+int gp_vmm_grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small);
+/* Gives back physical memory until at most `keep` bytes are cached, taking only pages idle since
+ * before `idle_before` (UINT64_MAX = any). Returns bytes released; *failed gets the first error. Pool
+ * lock held, no stream lock. */
+size_t gp_vmm_release(gp_pool_state *p, size_t keep, uint64_t idle_before, int *failed);
+/* Unmaps and releases everything at destroy; returns bytes that could not be given back. */
+size_t gp_vmm_destroy(gp_pool_state *p, int *failed);
+/* Checks the virtual-memory invariants of seg (owner locked); NULL or the broken one's description. */
+const char *gp_vmm_check_segment(gp_pool_state *p, gp_segment *seg);
+
+/* ---- maintain.c ---- */
+/* The pool's clock in ns: virtual time on the simulated GPU, CLOCK_MONOTONIC otherwise. */
+uint64_t gp_clock_now(gp_pool_state *p);
+/* Runs release_threshold and idle_release. Pool lock held. */
+size_t gp_maintain_locked(gp_pool_state *p, int *failed);
 
 #endif /* GP_POOL_STATE_H */

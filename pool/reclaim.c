@@ -35,7 +35,7 @@ gp_segment *gp_steal_segment(gp_pool_state *p, gp_stream_state *st, size_t size,
     /* The smallest wholly free segment of another stream that fits and may be taken. */
     gp_segment *best = NULL;
     for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
-        if (seg->owner == st || seg->small != small || seg->size < size)
+        if (seg->owner == st || seg->small != small || seg->size < size || seg->pages != NULL)
             continue;
         if (best != NULL && seg->size >= best->size)
             continue;
@@ -71,7 +71,7 @@ gp_segment *gp_steal_segment(gp_pool_state *p, gp_stream_state *st, size_t size,
 }
 
 /* Gives one wholly free segment (owner locked) back to the device; GP_OK or the backend's error. */
-static int release_segment(gp_pool_state *p, gp_segment *seg)
+static int release_segment_locked(gp_pool_state *p, gp_segment *seg)
 {
     gp_stream_state *owner = seg->owner;
     gp_heap *heap = gp_heap_of(owner, seg->small);
@@ -97,6 +97,15 @@ static int release_segment(gp_pool_state *p, gp_segment *seg)
     return GP_OK;
 }
 
+int gp_release_segment(gp_pool_state *p, gp_segment *seg)
+{
+    gp_stream_state *owner = seg->owner;
+    pthread_mutex_lock(&owner->lock);
+    int rc = gp_segment_wholly_free(seg) ? release_segment_locked(p, seg) : GP_ERR_INVALID;
+    pthread_mutex_unlock(&owner->lock);
+    return rc;
+}
+
 size_t gp_release_free_segments(gp_pool_state *p, size_t want, size_t keep, int *failed)
 {
     size_t released = 0;
@@ -110,9 +119,9 @@ size_t gp_release_free_segments(gp_pool_state *p, size_t want, size_t keep, int 
         gp_segment *next = seg->next;
         gp_stream_state *owner = seg->owner;
         pthread_mutex_lock(&owner->lock);
-        if (gp_segment_wholly_free(seg)) {
+        if (seg->pages == NULL && gp_segment_wholly_free(seg)) {
             size_t size = seg->size;
-            int rc = release_segment(p, seg);
+            int rc = release_segment_locked(p, seg);
             if (rc == GP_OK)
                 released += size;
             else if (failed != NULL && *failed == GP_OK)
@@ -168,7 +177,7 @@ void gp_release_over_cap(gp_pool_state *p, size_t bytes, size_t cap)
     size_t releasable = 0;
     for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
         pthread_mutex_lock(&seg->owner->lock);
-        if (gp_segment_wholly_free(seg))
+        if (seg->pages == NULL && gp_segment_wholly_free(seg))
             releasable += seg->size;
         pthread_mutex_unlock(&seg->owner->lock);
     }
@@ -187,7 +196,8 @@ GP_API int gp_trim(gp_pool *pool, size_t keep_bytes, size_t *released)
     gp_collect_all_pending(p);
     gp_flush_all(p); /* keep_bytes is compared with exact figures */
     int failed = GP_OK;
-    size_t bytes = gp_release_free_segments(p, SIZE_MAX, keep_bytes, &failed);
+    size_t bytes = p->page != 0 ? gp_vmm_release(p, keep_bytes, UINT64_MAX, &failed)
+                                : gp_release_free_segments(p, SIZE_MAX, keep_bytes, &failed);
     pthread_mutex_unlock(&p->lock);
     if (released != NULL)
         *released = bytes;

@@ -36,7 +36,7 @@ static void snapshot(gp_pool_state *p, gp_stats *s)
         s->allocated_bytes_peak = s->allocated_bytes;
     s->reserved_bytes = atomic_load(&p->reserved);
     s->reserved_bytes_peak = atomic_load(&p->reserved_peak);
-    s->cached_bytes = heap_free + s->pending_bytes;
+    s->cached_bytes = heap_free + s->pending_bytes + p->pooled_count * p->page;
     s->segments = p->segment_count;
     s->num_device_allocs = atomic_load(&p->num_device_allocs);
     s->num_device_frees = atomic_load(&p->num_device_frees);
@@ -46,6 +46,14 @@ static void snapshot(gp_pool_state *p, gp_stats *s)
     s->num_stream_waits = atomic_load(&p->num_stream_waits);
     s->num_events_created = p->events.created;
     s->streams = count;
+    if (p->page != 0) {
+        s->unmapped_cached_bytes = p->pooled_count * p->page;
+        s->mapped_bytes = s->reserved_bytes - s->unmapped_cached_bytes;
+    }
+    s->num_maps = atomic_load(&p->num_maps);
+    s->num_unmaps = atomic_load(&p->num_unmaps);
+    s->num_stitches = atomic_load(&p->num_stitches);
+    s->idle_released_bytes = atomic_load(&p->idle_released_bytes);
     /* live + cached == reserved (see pool_state.h) */
     assert(s->allocated_bytes + s->cached_bytes == s->reserved_bytes);
     gp_unlock_all_streams(p);
@@ -74,7 +82,8 @@ GP_API int gp_get_stats(gp_pool *pool, gp_stats *stats)
     X(allocated_bytes) X(allocated_bytes_peak) X(requested_bytes) X(reserved_bytes) X(reserved_bytes_peak)     \
     X(cached_bytes) X(pending_bytes) X(active_blocks) X(segments) X(num_allocs) X(num_frees)                   \
     X(num_device_allocs) X(num_device_frees) X(num_alloc_retries) X(num_ooms) X(num_stream_steals)            \
-    X(num_stream_waits) X(num_events_created) X(streams)
+    X(num_stream_waits) X(num_events_created) X(streams) X(mapped_bytes) X(unmapped_cached_bytes) X(num_maps)      \
+    X(num_unmaps) X(num_stitches) X(idle_released_bytes)
 
 typedef struct text_buffer {
     char *buf;

@@ -46,6 +46,7 @@ typedef struct gp_stream_state {
     size_t allocated_bytes; /* their rounded sizes: exact */
     /* allocated_bytes not yet added to the pool's shared total (see gp_account in pool_state.h) */
     int64_t unflushed;
+    unsigned frees_since_maintain;
     uint64_t size_class_allocs[GP_SIZE_CLASS_COUNT];
 } gp_stream_state;
 

@@ -1,0 +1,321 @@
+/*
+ * test_vmm.c — the pool on virtual memory (backend sim-vmm): growth in place, stitching of free pages
+ * into a new contiguous range, steady state without map calls, idle release and release threshold,
+ * trim, and faults in the middle of stitching. Contents of live blocks are checked with pattern
+ * kernels through the sim, whose race checker works on physical pages.
+ */
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpupool.h"
+#include "gpupool_sim.h"
+
+#define MIB ((size_t)1 << 20)
+
+static gp_pool *pool;
+static gp_sim *sim;
+static gp_stream stream;
+
+static void open_pool(const char *config)
+{
+    unsetenv("GPUPOOL_CONF");
+    cr_assert_eq(gp_pool_create(&pool, 0, "sim-vmm", config), GP_OK, "%s", gp_last_error());
+    sim = gp_sim_of(pool);
+    cr_assert_not_null(sim);
+    gp_sim_retain(sim);
+    stream = gp_sim_stream_create(sim);
+}
+
+static void teardown(void)
+{
+    if (pool != NULL) {
+        cr_expect_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+        gp_leak_report leaks;
+        cr_expect_eq(gp_pool_destroy(pool, &leaks), GP_OK, "%s", gp_last_error());
+        pool = NULL;
+        gp_sim_report r;
+        gp_sim_get_report(sim, &r);
+        cr_expect_eq(r.leaked_bytes_at_close, 0, "%s", gp_sim_first_violation(sim));
+        cr_expect_eq(r.leaked_handles_at_close, 0);
+        cr_expect_eq(r.leaked_mappings_at_close, 0);
+        cr_expect_eq(r.leaked_reservations_at_close, 0);
+        cr_expect_eq(r.races, 0, "%s", gp_sim_first_violation(sim));
+        cr_expect_eq(r.pattern_mismatches, 0, "%s", gp_sim_first_violation(sim));
+    }
+    if (sim != NULL)
+        gp_sim_release(sim);
+    sim = NULL;
+}
+
+static gp_stats stats_now(void)
+{
+    gp_stats s = {.size = sizeof s, .version = GP_STATS_VERSION};
+    cr_assert_eq(gp_get_stats(pool, &s), GP_OK, "%s", gp_last_error());
+    return s;
+}
+
+static void *alloc_written(size_t size, uint64_t seed)
+{
+    void *p;
+    cr_assert_eq(gp_alloc(pool, &p, size, stream), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_sim_launch(sim, stream, p, size, GP_SIM_WRITE, seed, 1000), GP_OK, "%s",
+                 gp_sim_first_violation(sim));
+    return p;
+}
+
+static void check_pattern(void *p, size_t size, uint64_t seed)
+{
+    cr_assert_eq(gp_sim_launch(sim, stream, p, size, GP_SIM_CHECK, seed, 1000), GP_OK, "%s",
+                 gp_sim_first_violation(sim));
+}
+
+static uint64_t maps(void)
+{
+    return gp_sim_calls(sim, GP_SIM_CALL_MAP);
+}
+
+TestSuite(vmm, .fini = teardown);
+
+Test(vmm, growth_in_place_keeps_one_range)
+{
+    open_pool("device_memory:1GiB");
+    void *p[8];
+    for (int i = 0; i < 8; i++)
+        p[i] = alloc_written((size_t)(i + 1) * 3 * MIB, (uint64_t)i);
+    gp_stats s = stats_now();
+    cr_assert_eq(s.segments, 1, "all large blocks live in one growing range (%llu)", (unsigned long long)s.segments);
+    size_t live = 0;
+    for (int i = 0; i < 8; i++)
+        live += (size_t)(i + 1) * 3 * MIB;
+    cr_assert_eq(s.reserved_bytes, live, "3 MiB multiples map exactly: no segment rounding");
+    cr_assert_eq(s.num_maps, live / (2 * MIB));
+    for (int i = 0; i < 8; i++)
+        check_pattern(p[i], (size_t)(i + 1) * 3 * MIB, (uint64_t)i);
+    for (int i = 0; i < 8; i++)
+        cr_assert_eq(gp_free(pool, p[i], stream), GP_OK);
+}
+
+/* The pools of the stitching tests: no cache slack, so that any growth past the peak allocation
+ * stitches (the default slack lets a pool grow 4% past it, and at least 80 MiB, before stitching). */
+#define STITCH_CONFIG "device_memory:1GiB,cache_slack:0"
+#define H ((size_t)40 * MIB)
+
+/* Four 40 MiB blocks in one range, the 1st and 3rd freed: 80 MiB free in two holes. */
+static void two_holes(void **pins)
+{
+    void *hole[2];
+    hole[0] = alloc_written(H, 10);
+    pins[0] = alloc_written(H, 11);
+    hole[1] = alloc_written(H, 12);
+    pins[1] = alloc_written(H, 13);
+    cr_assert_eq(gp_free(pool, hole[0], stream), GP_OK);
+    cr_assert_eq(gp_free(pool, hole[1], stream), GP_OK);
+}
+
+Test(vmm, stitching_serves_a_large_request_from_scattered_free_pages)
+{
+    open_pool(STITCH_CONFIG);
+    void *pins[2];
+    two_holes(pins);
+    gp_stats before = stats_now();
+    cr_assert_eq(before.reserved_bytes, 4 * H);
+    void *big = alloc_written(2 * H, 99);
+    gp_stats after = stats_now();
+    cr_assert_eq(after.reserved_bytes, 4 * H, "the 80 MiB came from the two 40 MiB holes, not the device");
+    cr_assert_eq(after.num_stitches, before.num_stitches + 1);
+    cr_assert_eq(after.num_unmaps, 2 * H / (2 * MIB));
+    gp_sim_report r;
+    gp_sim_get_report(sim, &r);
+    cr_assert_eq(r.allocated_peak, 4 * H, "the sim's physical peak agrees");
+    check_pattern(pins[0], H, 11);
+    check_pattern(pins[1], H, 13);
+    check_pattern(big, 2 * H, 99);
+    gp_sim_synchronize(sim);
+    cr_assert_eq(gp_free(pool, big, stream), GP_OK);
+    cr_assert_eq(gp_free(pool, pins[0], stream), GP_OK);
+    cr_assert_eq(gp_free(pool, pins[1], stream), GP_OK);
+}
+
+Test(vmm, without_defrag_the_device_grows)
+{
+    open_pool(STITCH_CONFIG ",defrag:off");
+    void *pins[2];
+    two_holes(pins);
+    void *big = alloc_written(2 * H, 99);
+    gp_stats s = stats_now();
+    cr_assert_eq(s.reserved_bytes, 6 * H);
+    cr_assert_eq(s.num_stitches, 0);
+    cr_assert_eq(gp_free(pool, big, stream), GP_OK);
+    cr_assert_eq(gp_free(pool, pins[0], stream), GP_OK);
+    cr_assert_eq(gp_free(pool, pins[1], stream), GP_OK);
+}
+
+Test(vmm, stitching_across_streams_is_ordered)
+{
+    open_pool("device_memory:1GiB");
+    gp_stream other = gp_sim_stream_create(sim);
+    /* a block on `other` is written by a long kernel and freed while it runs */
+    void *q;
+    cr_assert_eq(gp_alloc(pool, &q, 6 * MIB, other), GP_OK);
+    cr_assert_eq(gp_sim_launch(sim, other, q, 6 * MIB, GP_SIM_WRITE, 5, 1000000), GP_OK);
+    cr_assert_eq(gp_free(pool, q, other), GP_OK);
+    /* `stream` needs memory: the device is large, but stitching may take other's free pages; the
+     * unmap waits for the device, so the new owner cannot race the old kernel */
+    void *p = alloc_written(6 * MIB, 6);
+    check_pattern(p, 6 * MIB, 6);
+    gp_sim_synchronize(sim);
+    gp_sim_report r;
+    gp_sim_get_report(sim, &r);
+    cr_assert_eq(r.races, 0, "%s", gp_sim_first_violation(sim));
+    cr_assert_eq(gp_free(pool, p, stream), GP_OK);
+}
+
+Test(vmm, steady_loop_makes_no_map_calls)
+{
+    open_pool("device_memory:2GiB");
+    static const size_t sizes[] = {100 * MIB, 25 * MIB, 5 * MIB + 512, 20 * MIB, 8 * MIB, 300 * 1024, 100 * MIB};
+    enum { N = sizeof sizes / sizeof sizes[0] };
+    uint64_t maps_after_warmup = 0;
+    for (int step = 0; step < 6; step++) {
+        void *p[N];
+        for (int i = 0; i < N; i++)
+            cr_assert_eq(gp_alloc(pool, &p[i], sizes[i], stream), GP_OK, "%s", gp_last_error());
+        for (int i = 0; i < N; i += 2)
+            cr_assert_eq(gp_free(pool, p[i], stream), GP_OK);
+        void *extra;
+        cr_assert_eq(gp_alloc(pool, &extra, 120 * MIB, stream), GP_OK, "%s", gp_last_error());
+        cr_assert_eq(gp_free(pool, extra, stream), GP_OK);
+        for (int i = 1; i < N; i += 2)
+            cr_assert_eq(gp_free(pool, p[i], stream), GP_OK);
+        if (step == 2)
+            maps_after_warmup = maps();
+    }
+    cr_assert_eq(maps(), maps_after_warmup, "steps 4-6 mapped %llu pages",
+                 (unsigned long long)(maps() - maps_after_warmup));
+}
+
+Test(vmm, idle_memory_is_given_back)
+{
+    open_pool("device_memory:1GiB,idle_release:1s");
+    void *p = alloc_written(30 * MIB, 1);
+    void *keep = alloc_written(2 * MIB, 2);
+    cr_assert_eq(gp_free(pool, p, stream), GP_OK);
+    size_t released = 0;
+    cr_assert_eq(gp_maintain(pool, &released), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(released, 0, "nothing has been idle for a second yet");
+    gp_sim_advance(sim, 2000000000ull);
+    cr_assert_eq(gp_maintain(pool, &released), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(released, 30 * MIB);
+    gp_stats s = stats_now();
+    cr_assert_eq(s.reserved_bytes, 2 * MIB, "only the live block's page stays");
+    check_pattern(keep, 2 * MIB, 2);
+    cr_assert_eq(gp_free(pool, keep, stream), GP_OK);
+}
+
+Test(vmm, release_threshold_keeps_at_most_that_much_cached)
+{
+    open_pool("device_memory:1GiB,release_threshold:8MiB");
+    void *p[4];
+    for (int i = 0; i < 4; i++)
+        p[i] = alloc_written(10 * MIB, (uint64_t)i);
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(gp_free(pool, p[i], stream), GP_OK);
+    cr_assert_eq(gp_maintain(pool, NULL), GP_OK, "%s", gp_last_error());
+    gp_stats s = stats_now();
+    cr_assert(s.cached_bytes <= 8 * MIB, "cached %llu", (unsigned long long)s.cached_bytes);
+    gp_sim_report r;
+    gp_sim_get_report(sim, &r);
+    cr_assert_eq(r.allocated_bytes, s.reserved_bytes, "the sim holds what the pool says it reserves");
+}
+
+Test(vmm, trim_gives_back_free_pages_around_live_blocks)
+{
+    open_pool(STITCH_CONFIG);
+    void *pins[2];
+    two_holes(pins);
+    size_t released = 0;
+    cr_assert_eq(gp_trim(pool, 0, &released), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(released, 2 * H, "the two free holes are whole pages");
+    cr_assert_eq(stats_now().reserved_bytes, 2 * H);
+    check_pattern(pins[0], H, 11);
+    check_pattern(pins[1], H, 13);
+    cr_assert_eq(gp_free(pool, pins[0], stream), GP_OK);
+    cr_assert_eq(gp_free(pool, pins[1], stream), GP_OK);
+    cr_assert_eq(gp_trim(pool, 0, &released), GP_OK);
+    cr_assert_eq(stats_now().reserved_bytes, 0);
+}
+
+Test(vmm, idle_release_on_cudamalloc_segments_too)
+{
+    unsetenv("GPUPOOL_CONF");
+    cr_assert_eq(gp_pool_create(&pool, 0, "sim", "device_memory:1GiB,idle_release:500ms"), GP_OK, "%s",
+                 gp_last_error());
+    sim = gp_sim_of(pool);
+    gp_sim_retain(sim);
+    stream = gp_sim_stream_create(sim);
+    void *p;
+    cr_assert_eq(gp_alloc(pool, &p, 40 * MIB, stream), GP_OK);
+    cr_assert_eq(gp_free(pool, p, stream), GP_OK);
+    gp_sim_advance(sim, 1000000000ull);
+    size_t released = 0;
+    cr_assert_eq(gp_maintain(pool, &released), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(released, 40 * MIB);
+    cr_assert_eq(stats_now().reserved_bytes, 0);
+}
+
+/* A map that fails in the middle of stitching fails only that request and leaves the pool whole. */
+Test(vmm, map_fault_during_stitching)
+{
+    for (uint64_t n = 1; n <= 4; n++) {
+        open_pool(STITCH_CONFIG);
+        void *pins[2];
+        two_holes(pins);
+        gp_stats before = stats_now();
+        gp_sim_fail_call(sim, n, GP_SIM_CALL_MAP, GP_ERR_DEVICE);
+        void *big = NULL;
+        int rc = gp_alloc(pool, &big, 2 * H, stream);
+        cr_assert_eq(rc, GP_ERR_DEVICE, "map fault %llu: %d %s", (unsigned long long)n, rc, gp_last_error());
+        cr_assert_null(big);
+        cr_assert_neq(strlen(gp_last_error()), 0);
+        cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+        gp_stats mid = stats_now();
+        cr_assert_eq(mid.allocated_bytes, before.allocated_bytes);
+        check_pattern(pins[0], H, 11);
+        check_pattern(pins[1], H, 13);
+        big = alloc_written(2 * H, 77); /* the fault was one-shot: the retry succeeds */
+        check_pattern(big, 2 * H, 77);
+        cr_assert_eq(stats_now().reserved_bytes, 4 * H, "pages were not lost or duplicated");
+        gp_sim_synchronize(sim);
+        cr_assert_eq(gp_free(pool, big, stream), GP_OK);
+        cr_assert_eq(gp_free(pool, pins[0], stream), GP_OK);
+        cr_assert_eq(gp_free(pool, pins[1], stream), GP_OK);
+        teardown();
+    }
+}
+
+Test(vmm, unmap_and_create_faults_change_nothing)
+{
+    static const unsigned kinds[] = {GP_SIM_CALL_UNMAP, GP_SIM_CALL_PHYS_CREATE, GP_SIM_CALL_VA_RESERVE};
+    for (size_t k = 0; k < 3; k++) {
+        open_pool(STITCH_CONFIG);
+        void *pins[2];
+        two_holes(pins);
+        gp_sim_fail_call(sim, 1, kinds[k], GP_ERR_DEVICE);
+        void *big = NULL;
+        int rc = gp_alloc(pool, &big, 2 * H, stream);
+        cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+        if (rc != GP_OK) {
+            cr_assert_neq(strlen(gp_last_error()), 0);
+            cr_assert_eq(gp_alloc(pool, &big, 2 * H, stream), GP_OK, "%s", gp_last_error());
+        }
+        check_pattern(pins[0], H, 11);
+        check_pattern(pins[1], H, 13);
+        gp_sim_synchronize(sim);
+        cr_assert_eq(gp_free(pool, big, stream), GP_OK);
+        cr_assert_eq(gp_free(pool, pins[0], stream), GP_OK);
+        cr_assert_eq(gp_free(pool, pins[1], stream), GP_OK);
+        teardown();
+    }
+}
