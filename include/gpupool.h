@@ -127,6 +127,71 @@ GP_API int gp_trim(gp_pool *pool, size_t keep_bytes, size_t *released);
  */
 GP_API int gp_maintain(gp_pool *pool, size_t *released);
 
+/* ---- tenants: per-model budgets ------------------------------------------------------------------
+ *
+ * A tenant is one model sharing the GPU. Every block belongs to one tenant: the calling thread's
+ * current tenant (gp_tenant_push), else the tenant bound to the stream (gp_tenant_bind_stream), else
+ * the tenant named "default", which always exists and has no limits. A block remembers its tenant, so
+ * a free from any thread credits the right one. A tenant holds the device memory of its live blocks
+ * and of its own cache (on virtual memory backends: its mapped pages), and only that is counted:
+ * the tenants' held bytes add up to the pool's reserved bytes (less the shared page pool).
+ * Limits, in the style of the cgroup v2 memory controller (0 = none):
+ *   max  — hard limit on held bytes; an allocation that would pass it first trims the tenant's own
+ *          cache, then fails with GP_ERR_QUOTA (a message naming the tenant, its max, its use and the
+ *          request); lowering max below what is held trims the cache and refuses allocations until it
+ *          fits, and never frees a live block;
+ *   high — above it the tenant's own cache is trimmed before it grows;
+ *   min  — a guarantee: other tenants may not take memory that would leave this tenant unable to reach
+ *          its min (their growth is refused as GP_ERR_OOM; its cache above min may serve them).
+ */
+typedef struct gp_tenant_limits {
+    size_t max, high, min;
+} gp_tenant_limits;
+
+#define GP_TENANT_NAME_MAX 64 /* names are 1..63 bytes */
+
+/* Creates a tenant; GP_ERR_INVALID for a bad or duplicate name or min > max. limits may be NULL. */
+GP_API int gp_tenant_create(gp_pool *pool, const char *name, const gp_tenant_limits *limits);
+/* Changes a tenant's limits at run time (see above for lowering max). */
+GP_API int gp_tenant_set_limits(gp_pool *pool, const char *name, const gp_tenant_limits *limits);
+/* Makes `name` the calling thread's current tenant of this pool until the matching pop (nestable). */
+GP_API int gp_tenant_push(gp_pool *pool, const char *name);
+GP_API int gp_tenant_pop(gp_pool *pool);
+/* Binds a stream to a tenant (NULL name: unbinds): allocations on it go to that tenant unless the
+ * thread has a current tenant. */
+GP_API int gp_tenant_bind_stream(gp_pool *pool, const char *name, gp_stream stream);
+
+#define GP_PAUSE_KEEP_CONTENTS 1u /* copy live blocks to pinned host memory and back on resume */
+/*
+ * Pausing releases the tenant's physical memory and keeps its virtual addresses (vmm backends only;
+ * GP_ERR_INVALID otherwise). With GP_PAUSE_KEEP_CONTENTS live contents are first copied to pinned host
+ * staging memory; resume maps fresh pages at the same addresses and copies them back. Allocating in a
+ * paused tenant fails with GP_ERR_PAUSED; freeing its blocks is allowed. The caller makes sure no
+ * kernel uses the tenant's memory while it is paused.
+ */
+GP_API int gp_tenant_pause(gp_pool *pool, const char *name, unsigned flags);
+GP_API int gp_tenant_resume(gp_pool *pool, const char *name);
+
+#define GP_TENANT_STATS_VERSION 1
+typedef struct gp_tenant_stats {
+    uint32_t size;    /* set by the caller to sizeof(gp_tenant_stats) */
+    uint32_t version; /* set by the caller to GP_TENANT_STATS_VERSION */
+    char name[GP_TENANT_NAME_MAX];
+    uint64_t held_bytes;      /* device memory attributed to the tenant: live + its own cache */
+    uint64_t held_bytes_peak;
+    uint64_t allocated_bytes; /* live blocks (rounded sizes) */
+    uint64_t cached_bytes;    /* held - allocated */
+    uint64_t max, high, min;  /* 0 = none */
+    uint64_t refusals;        /* allocations refused with GP_ERR_QUOTA (or GP_ERR_OOM by another's min) */
+    uint64_t pauses;
+    int paused;
+} gp_tenant_stats;
+
+GP_API int gp_tenant_get_stats(gp_pool *pool, const char *name, gp_tenant_stats *stats);
+/* The number of tenants and the name of the i-th (in order of creation; 0 is "default"). */
+GP_API int gp_tenant_count(gp_pool *pool, size_t *count);
+GP_API int gp_tenant_name(gp_pool *pool, size_t index, char *buf, size_t len);
+
 /* ---- statistics ------------------------------------------------------------------------------- */
 
 #define GP_STATS_VERSION 1
@@ -164,6 +229,8 @@ typedef struct gp_stats {
     uint64_t num_unmaps;           /* pages unmapped */
     uint64_t num_stitches;         /* requests served by moving cached free pages into a new range */
     uint64_t idle_released_bytes;  /* bytes given back by idle_release and release_threshold */
+    uint64_t paused_bytes;         /* blocks of paused tenants, which hold no device memory while paused:
+                                    * allocated + cached == reserved + paused */
     uint64_t size_class_allocs[GP_SIZE_CLASS_COUNT]; /* allocations per power-of-two class */
 } gp_stats;
 

@@ -37,9 +37,13 @@ static size_t segment_size_for(const gp_config *cfg, size_t rsize, bool small)
 }
 
 /* Allocates a new segment of `bytes` on the device for st, returned with its single FREE block on no
- * list (the caller adopts it). Pool lock held, no stream lock. */
+ * list (the caller adopts it), charged to st's tenant once its budget admits it. Pool lock held, no
+ * stream lock. */
 static int grow(gp_pool_state *p, gp_stream_state *st, size_t bytes, bool small, gp_segment **out)
 {
+    int admitted = gp_tenant_admit(p, st->tenant, bytes, bytes);
+    if (admitted != GP_OK)
+        return admitted;
     gp_segment *seg = calloc(1, sizeof *seg);
     gp_block *b = calloc(1, sizeof *b);
     if (seg == NULL || b == NULL) {
@@ -75,6 +79,7 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t bytes, bool small,
     size_t reserved = atomic_fetch_add(&p->reserved, bytes) + bytes;
     gp_raise_peak(&p->reserved_peak, reserved);
     atomic_fetch_add(&p->num_device_allocs, 1);
+    gp_tenant_charge(st->tenant, (int64_t)bytes);
     *out = seg;
     return GP_OK;
 }
@@ -123,6 +128,30 @@ static int out_of_memory(gp_pool_state *p, size_t size, gp_stream stream)
                         req, stream, cached, known ? dev_free : "unknown", total);
 }
 
+/* An allocation in a tenant whose gate is closed: paused, or over a max that was lowered. Gives the
+ * tenant's cache back and reopens the gate when it fits again. */
+static int gated(gp_pool_state *p, gp_tenant *t, size_t size)
+{
+    pthread_mutex_lock(&p->lock);
+    int rc = GP_OK;
+    if (t->paused) {
+        rc = gp_error_set(GP_ERR_PAUSED, "gp_alloc: tenant '%s' is paused: resume it before allocating (request %zu bytes)",
+                          t->name, size);
+    } else {
+        size_t held = atomic_load(&t->held), max = atomic_load(&t->max);
+        if (max != 0 && held > max)
+            rc = gp_tenant_admit(p, t, held - max, size); /* trims; refuses while it cannot fit */
+        gp_tenant_update_gate(t);
+        if (rc == GP_OK && atomic_load(&t->gate) != GP_OK) {
+            atomic_fetch_add(&t->refusals, 1);
+            rc = gp_error_set(GP_ERR_QUOTA, "tenant '%s' over budget: it holds more than its lowered max of %zu bytes",
+                              t->name, max);
+        }
+    }
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+
 /* The slow path on a virtual memory backend (vmm.c): grow in place, stitch, or map new pages. A
  * fast path on st may take the new memory between growth and adoption, so growth is retried. */
 static int alloc_slow_vmm(gp_pool_state *p, gp_stream_state *st, size_t size, size_t rsize, bool small, void **out)
@@ -141,6 +170,10 @@ static int alloc_slow_vmm(gp_pool_state *p, gp_stream_state *st, size_t size, si
     }
     if (rc == GP_OK)
         rc = gp_error_set(GP_ERR_OOM, "out of host memory for block metadata");
+    if (rc == GP_ERR_MIN_GUARANTEE) {
+        atomic_fetch_add(&p->num_ooms, 1);
+        return GP_ERR_OOM;
+    }
     return rc == GP_ERR_OOM ? out_of_memory(p, size, st->handle) : rc;
 }
 
@@ -152,6 +185,8 @@ static int alloc_slow(gp_pool_state *p, gp_stream_state *st, size_t size, size_t
     gp_maintain_locked(p, &failed); /* a failure to give memory back does not fail the allocation */
     if (p->page != 0) {
         int rc = alloc_slow_vmm(p, st, size, rsize, small, out);
+        if (rc == GP_ERR_QUOTA)
+            atomic_fetch_add(&st->tenant->refusals, 1);
         pthread_mutex_unlock(&p->lock);
         return rc;
     }
@@ -168,9 +203,9 @@ static int alloc_slow(gp_pool_state *p, gp_stream_state *st, size_t size, size_t
     if (b == NULL) {
         size_t just_enough = gp_round_up(rsize, GP_DEVICE_PAGE);
         if (over_cap)
-            gp_release_over_cap(p, bytes, cap);
+            gp_release_over_cap(p, bytes, cap, st->tenant);
         rc = grow(p, st, bytes, small, &seg);
-        if (rc == GP_ERR_OOM && bytes > just_enough) {
+        if ((rc == GP_ERR_OOM || rc == GP_ERR_QUOTA || rc == GP_ERR_MIN_GUARANTEE) && bytes > just_enough) {
             bytes = just_enough;
             rc = grow(p, st, bytes, small, &seg);
         }
@@ -178,22 +213,28 @@ static int alloc_slow(gp_pool_state *p, gp_stream_state *st, size_t size, size_t
             gp_collect_all_pending(p);
         if (rc == GP_ERR_OOM && (seg = gp_steal_segment(p, st, rsize, small, p->cfg.steal_wait)) != NULL)
             rc = GP_OK;
-        if (rc == GP_ERR_OOM) {
-            /* Give wholly free segments back, oldest first, and try once more. */
+        if (rc == GP_ERR_OOM || rc == GP_ERR_MIN_GUARANTEE) {
+            /* Give wholly free segments back, oldest first (others' only down to their min), and try
+             * once more. */
             atomic_fetch_add(&p->num_alloc_retries, 1);
-            if (gp_release_free_segments(p, bytes, 0, NULL) > 0)
+            if (gp_release_free_segments(p, bytes, 0, NULL, NULL, st->tenant) > 0)
                 rc = grow(p, st, bytes, small, &seg);
         }
         if (rc == GP_OK) {
             b = adopt_and_take(p, st, seg, small, rsize, size);
             if (b == NULL)
                 rc = gp_error_set(GP_ERR_OOM, "out of host memory for block metadata");
+        } else if (rc == GP_ERR_MIN_GUARANTEE) {
+            atomic_fetch_add(&p->num_ooms, 1);
+            rc = GP_ERR_OOM; /* the admission's message says whose guarantee */
         } else if (rc == GP_ERR_OOM) {
             rc = out_of_memory(p, size, st->handle);
         }
     }
     if (b != NULL)
         *out = (void *)b->addr;
+    if (rc == GP_ERR_QUOTA)
+        atomic_fetch_add(&st->tenant->refusals, 1);
     pthread_mutex_unlock(&p->lock);
     return rc;
 }
@@ -216,10 +257,18 @@ GP_API int gp_alloc(gp_pool *pool, void **out, size_t size, gp_stream stream)
                             size, stream, gp_format_size(p->device_total, total));
     }
     gp_stream_state *st;
-    rc = gp_pool_stream(p, stream, &st);
+    rc = gp_pool_stream(p, stream, gp_tenant_resolve(p, stream), &st);
     if (rc != GP_OK)
         return rc;
     bool small = rsize <= p->cfg.small_size;
+    if (atomic_load_explicit(&st->tenant->gate, memory_order_relaxed) != GP_OK) {
+        rc = gated(p, st->tenant, size);
+        if (rc != GP_OK) {
+            if (p->log != NULL)
+                gp_trace_log_event(p->log, GP_TRACE_ALLOCATE_FAILURE, 0, size, stream);
+            return rc;
+        }
+    }
 
     pthread_mutex_lock(&st->lock);
     if (atomic_load_explicit(&st->pending_count, memory_order_relaxed) != 0)

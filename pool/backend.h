@@ -25,6 +25,7 @@ struct gp_config;
 typedef uintptr_t gp_devptr; /* a device address; never dereferenced on the host */
 typedef void *gp_event;      /* cudaEvent_t with the cuda backend */
 typedef uint64_t gp_phys;    /* physical memory (CUmemGenericAllocationHandle with the vmm backend) */
+#define GP_PHYS_NONE UINT64_MAX /* no handle (a page of a paused range) */
 
 typedef struct gp_backend_ops {
     const char *name;
@@ -98,6 +99,16 @@ typedef struct gp_backend_ops {
     /* Unmaps [va, va+size), which must be exactly one mapping made by map(). Waits for all device work
      * first (as cudaFree does), so work still using the range completes before it disappears. */
     int (*unmap)(void *ctx, gp_devptr va, size_t size);
+
+    /* ---- copies and pinned host memory (pausing tenants with their contents) --------------------- */
+
+    /* Copies device memory to the host or back, synchronously, after all device work queued so far
+     * (cudaMemcpy semantics). pre: the device range is mapped / allocated. */
+    int (*copy_to_host)(void *ctx, void *host, gp_devptr src, size_t size);
+    int (*copy_to_device)(void *ctx, gp_devptr dst, const void *host, size_t size);
+    /* Page-locked host memory (cudaHostAlloc; plain pages on the sim): for the staging arena's extents. */
+    int (*host_alloc)(void *ctx, size_t size, void **out);
+    int (*host_free)(void *ctx, void *ptr, size_t size);
 } gp_backend_ops;
 
 /* True when the backend implements the virtual memory operations. */

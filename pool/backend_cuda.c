@@ -339,6 +339,68 @@ int gp_cuda_stream_wait_event(void *opaque, gp_stream stream, gp_event ev)
     return GP_OK;
 }
 
+/* Synchronous copies (cudaMemcpy waits for prior work on the legacy default stream and blocks). */
+int gp_cuda_copy_to_host(void *opaque, void *host, gp_devptr src, size_t size)
+{
+    const gp_cuda_ctx *ctx = opaque;
+    int prev = -1;
+    int rc = gp_cuda_device_enter(ctx, "copy_to_host", &prev);
+    if (rc != GP_OK)
+        return rc;
+    cudaError_t err = cudaDeviceSynchronize();
+    if (err == cudaSuccess)
+        err = cudaMemcpy(host, (const void *)src, size, cudaMemcpyDeviceToHost);
+    gp_cuda_clear_own_error(err);
+    gp_cuda_device_leave(ctx, prev);
+    if (err != cudaSuccess)
+        return gp_error_set(GP_ERR_DEVICE, "cudaMemcpy(device %p -> host, %zu bytes) on device %d: %s: %s",
+                            (void *)src, size, ctx->device, cudaGetErrorName(err), cudaGetErrorString(err));
+    return GP_OK;
+}
+
+int gp_cuda_copy_to_device(void *opaque, gp_devptr dst, const void *host, size_t size)
+{
+    const gp_cuda_ctx *ctx = opaque;
+    int prev = -1;
+    int rc = gp_cuda_device_enter(ctx, "copy_to_device", &prev);
+    if (rc != GP_OK)
+        return rc;
+    cudaError_t err = cudaMemcpy((void *)dst, host, size, cudaMemcpyHostToDevice);
+    if (err == cudaSuccess)
+        err = cudaDeviceSynchronize();
+    gp_cuda_clear_own_error(err);
+    gp_cuda_device_leave(ctx, prev);
+    if (err != cudaSuccess)
+        return gp_error_set(GP_ERR_DEVICE, "cudaMemcpy(host -> device %p, %zu bytes) on device %d: %s: %s",
+                            (void *)dst, size, ctx->device, cudaGetErrorName(err), cudaGetErrorString(err));
+    return GP_OK;
+}
+
+int gp_cuda_host_alloc(void *opaque, size_t size, void **out)
+{
+    const gp_cuda_ctx *ctx = opaque;
+    void *ptr = NULL;
+    cudaError_t err = cudaHostAlloc(&ptr, size, cudaHostAllocPortable);
+    gp_cuda_clear_own_error(err);
+    if (err != cudaSuccess)
+        return gp_error_set(err == cudaErrorMemoryAllocation ? GP_ERR_OOM : GP_ERR_DEVICE,
+                            "cudaHostAlloc(%zu bytes) for device %d: %s: %s", size, ctx->device, cudaGetErrorName(err),
+                            cudaGetErrorString(err));
+    *out = ptr;
+    return GP_OK;
+}
+
+int gp_cuda_host_free(void *opaque, void *ptr, size_t size)
+{
+    (void)opaque;
+    cudaError_t err = cudaFreeHost(ptr);
+    gp_cuda_clear_own_error(err);
+    if (err != cudaSuccess)
+        return gp_error_set(GP_ERR_DEVICE, "cudaFreeHost(%p, %zu bytes): %s: %s", ptr, size, cudaGetErrorName(err),
+                            cudaGetErrorString(err));
+    return GP_OK;
+}
+
 const gp_backend_ops gp_backend_cuda = {
     .name = "cuda",
     .open = cuda_open,
@@ -352,4 +414,8 @@ const gp_backend_ops gp_backend_cuda = {
     .event_query = gp_cuda_event_query,
     .event_synchronize = gp_cuda_event_synchronize,
     .stream_wait_event = gp_cuda_stream_wait_event,
+    .copy_to_host = gp_cuda_copy_to_host,
+    .copy_to_device = gp_cuda_copy_to_device,
+    .host_alloc = gp_cuda_host_alloc,
+    .host_free = gp_cuda_host_free,
 };

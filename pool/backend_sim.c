@@ -23,10 +23,13 @@
  *
  * One mutex guards the whole sim; every function here may be called from any thread.
  */
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #include "sim_internal.h"
 
 #include <assert.h>
+#include <errno.h>
 #include <inttypes.h>
+#include <sys/mman.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -508,6 +511,54 @@ static int sim_unmap(void *ctx, gp_devptr va, size_t size)
     return rc;
 }
 
+/* A copy between the host and device memory: after all queued work (cudaMemcpy), through the same
+ * range checks as a kernel; the pieces of a virtual range are copied one mapping at a time. */
+static int sim_copy(gp_sim *sim, gp_devptr dev, void *host, size_t size, bool to_device)
+{
+    lock(sim);
+    int rc = sim->closed ? gp_error_set(GP_ERR_DEVICE, "sim: copy after the backend was closed") : GP_OK;
+    if (rc == GP_OK && sim->vmm == NULL && !gpsim_memory_contains(&sim->memory, dev, size))
+        rc = bad_call(sim, "copy of unallocated memory: [0x%" PRIxPTR ",+%zu)", dev, size);
+    gpsim_piece *pieces = NULL;
+    size_t piece_count = 0;
+    if (rc == GP_OK && sim->vmm != NULL && gpsim_vmm_translate(sim->vmm, dev, size, &pieces, &piece_count) != GP_OK)
+        rc = bad_call(sim, "copy of unmapped memory: [0x%" PRIxPTR ",+%zu)", dev, size);
+    free(pieces);
+    if (rc == GP_OK) {
+        gpsim_run_all(sim);
+        gpsim_copy(sim->memory.host_page_size ? sim->memory.host_page_size : 4096, dev, host, size, to_device);
+    }
+    unlock(sim);
+    return rc;
+}
+
+static int sim_copy_to_host(void *ctx, void *host, gp_devptr src, size_t size)
+{
+    return sim_copy(ctx, src, host, size, false);
+}
+
+static int sim_copy_to_device(void *ctx, gp_devptr dst, const void *host, size_t size)
+{
+    return sim_copy(ctx, dst, (void *)host, size, true);
+}
+
+/* The sim's "pinned" host memory: plain anonymous pages. */
+static int sim_host_alloc(void *ctx, size_t size, void **out)
+{
+    (void)ctx;
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return gp_error_set(GP_ERR_OOM, "sim: host_alloc of %zu bytes: %s", size, strerror(errno));
+    *out = p;
+    return GP_OK;
+}
+
+static int sim_host_free(void *ctx, void *ptr, size_t size)
+{
+    (void)ctx;
+    return munmap(ptr, size) == 0 ? GP_OK : gp_error_set(GP_ERR_DEVICE, "sim: host_free: %s", strerror(errno));
+}
+
 const gp_backend_ops gp_backend_sim = {
     .name = "sim",
     .open = sim_open,
@@ -521,6 +572,10 @@ const gp_backend_ops gp_backend_sim = {
     .event_query = sim_event_query,
     .event_synchronize = sim_event_synchronize,
     .stream_wait_event = sim_stream_wait_event,
+    .copy_to_host = sim_copy_to_host,
+    .copy_to_device = sim_copy_to_device,
+    .host_alloc = sim_host_alloc,
+    .host_free = sim_host_free,
 };
 
 const gp_backend_ops gp_backend_sim_vmm = {
@@ -543,6 +598,10 @@ const gp_backend_ops gp_backend_sim_vmm = {
     .phys_release = sim_phys_release,
     .map = sim_map,
     .unmap = sim_unmap,
+    .copy_to_host = sim_copy_to_host,
+    .copy_to_device = sim_copy_to_device,
+    .host_alloc = sim_host_alloc,
+    .host_free = sim_host_free,
 };
 
 struct gp_sim *gp_backend_sim_instance(void *ctx)

@@ -399,4 +399,8 @@ const gp_backend_ops gp_backend_vmm = {
     .phys_release = vmm_phys_release,
     .map = vmm_map,
     .unmap = vmm_unmap,
+    .copy_to_host = gp_cuda_copy_to_host,
+    .copy_to_device = gp_cuda_copy_to_device,
+    .host_alloc = gp_cuda_host_alloc,
+    .host_free = gp_cuda_host_free,
 };

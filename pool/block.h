@@ -61,6 +61,7 @@ typedef struct gp_segment {
     bool small;         /* in the small heap (requests <= small_size) */
     gp_phys *pages;     /* virtual range: the handle behind each page (see above); NULL otherwise */
     size_t mapped_bytes; /* virtual range: bytes with physical memory behind them; size otherwise */
+    bool paused;         /* virtual range of a paused tenant: nothing mapped, blocks kept (pause.c) */
     uint64_t serial;    /* creation order, for oldest-first release */
     gp_block *first;
     struct gp_stream_state *owner;

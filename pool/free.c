@@ -25,11 +25,12 @@ static gp_event *events_of(gp_block *b)
     return b->events != NULL ? b->events : b->events_inline;
 }
 
+/* Uses are streams: states of two tenants on one stream are the same use. */
 static bool has_use(gp_block *b, gp_stream_state *st)
 {
     gp_stream_state **uses = uses_of(b);
     for (unsigned i = 0; i < b->use_count; i++)
-        if (uses[i] == st)
+        if (uses[i]->handle == st->handle)
             return true;
     return false;
 }
@@ -81,7 +82,7 @@ static void retire(gp_pool_state *p, gp_stream_state *owner, gp_block *b)
 static int free_pending(gp_pool_state *p, gp_stream_state *owner, gp_block *b, gp_stream_state *also)
 {
     unsigned before = b->use_count;
-    if (also != NULL && also != owner && !has_use(b, also)) {
+    if (also != NULL && also->handle != owner->handle && !has_use(b, also)) {
         if (!reserve_use(b))
             return gp_error_set(GP_ERR_INVALID, "gp_free: out of host memory to record the use on stream %p",
                                 also->handle);
@@ -198,11 +199,17 @@ int gp_diagnose_pointer(gp_pool_state *p, uintptr_t addr, const char *fn)
     return rc;
 }
 
-/* The free of a block that `st` did not allocate: find its owner among all streams. */
-static int free_slow(gp_pool_state *p, uintptr_t addr, gp_stream_state *st)
+/* The free of a block that state `st` (NULL: the stream has no state for this thread's tenant) did not
+ * allocate: find its owner among all states. On the same stream (another tenant's state) it is an
+ * ordinary free; on another stream its last use is ordered on `stream`. */
+static int free_slow(gp_pool_state *p, uintptr_t addr, gp_stream stream, gp_stream_state *st, size_t *requested)
 {
     pthread_mutex_lock(&p->lock);
     unsigned count = atomic_load(&p->streams.count);
+    gp_stream_state *user = st;
+    for (unsigned i = 0; i < count && user == NULL; i++)
+        if (p->streams.by_index[i]->handle == stream)
+            user = p->streams.by_index[i];
     int rc = GP_ERR_NOT_OWNED;
     for (unsigned i = 0; i < count && rc == GP_ERR_NOT_OWNED; i++) {
         gp_stream_state *owner = p->streams.by_index[i];
@@ -211,9 +218,16 @@ static int free_slow(gp_pool_state *p, uintptr_t addr, gp_stream_state *st)
         pthread_mutex_lock(&owner->lock);
         gp_block *b = gp_block_map_remove(&owner->live, addr);
         if (b != NULL) {
-            rc = free_pending(p, owner, b, st);
-            if (rc != GP_OK)
-                gp_block_map_insert(&owner->live, b); /* the slot it left is still there */
+            *requested = b->requested;
+            if (owner->handle == stream && b->use_count == 0) {
+                retire(p, owner, b);
+                gp_block_to_heap(p, owner, b);
+                rc = GP_OK;
+            } else {
+                rc = free_pending(p, owner, b, user);
+                if (rc != GP_OK)
+                    gp_block_map_insert(&owner->live, b); /* the slot it left is still there */
+            }
         }
         pthread_mutex_unlock(&owner->lock);
     }
@@ -229,16 +243,19 @@ GP_API int gp_free(gp_pool *pool, void *ptr, gp_stream stream)
     int rc = gp_pool_enter(pool, "gp_free", &p);
     if (rc != GP_OK || ptr == NULL)
         return rc;
-    gp_stream_state *st = gp_stream_find(&p->streams, stream);
-    if (st == NULL)
+    gp_stream_state *st = gp_stream_find(&p->streams, stream, p->tenants.tenants[gp_tenant_resolve(p, stream)]);
+    if (st == NULL && !gp_stream_seen(&p->streams, stream))
         return gp_error_set(GP_ERR_UNKNOWN_STREAM,
                             "gp_free(%p): stream %p was never used with this pool (allocate or record_stream on it first)",
                             ptr, stream);
     uintptr_t addr = (uintptr_t)ptr;
     size_t requested = 0;
     bool maintain = false;
+    gp_block *b = NULL;
+    if (st == NULL)
+        goto slow;
     pthread_mutex_lock(&st->lock);
-    gp_block *b = gp_block_map_remove(&st->live, addr);
+    b = gp_block_map_remove(&st->live, addr);
     if (b != NULL) {
         requested = b->requested;
         if (p->maintains && ++st->frees_since_maintain >= GP_MAINTAIN_FREES) {
@@ -260,8 +277,9 @@ GP_API int gp_free(gp_pool *pool, void *ptr, gp_stream stream)
         gp_maintain_locked(p, &failed);
         pthread_mutex_unlock(&p->lock);
     }
+slow:
     if (b == NULL)
-        rc = free_slow(p, addr, st);
+        rc = free_slow(p, addr, stream, st, &requested);
     if (rc == GP_OK && p->log != NULL)
         gp_trace_log_event(p->log, GP_TRACE_FREE, addr, requested, stream);
     return rc;
@@ -276,7 +294,7 @@ GP_API int gp_record_stream(gp_pool *pool, void *ptr, gp_stream stream)
     if (ptr == NULL)
         return gp_error_set(GP_ERR_INVALID, "gp_record_stream: ptr is NULL");
     gp_stream_state *user;
-    rc = gp_pool_stream(p, stream, &user);
+    rc = gp_pool_stream(p, stream, gp_tenant_resolve(p, stream), &user);
     if (rc != GP_OK)
         return rc;
     uintptr_t addr = (uintptr_t)ptr;
@@ -287,7 +305,7 @@ GP_API int gp_record_stream(gp_pool *pool, void *ptr, gp_stream stream)
         pthread_mutex_lock(&owner->lock);
         gp_block *b = gp_block_map_find(&owner->live, addr);
         if (b != NULL) {
-            if (user != owner && !has_use(b, user)) {
+            if (user->handle != owner->handle && !has_use(b, user)) {
                 if (reserve_use(b))
                     uses_of(b)[b->use_count++] = user;
                 else

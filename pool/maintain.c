@@ -70,7 +70,7 @@ size_t gp_maintain_locked(gp_pool_state *p, int *failed)
     }
     if (threshold) {
         released += p->page != 0 ? gp_vmm_release(p, p->cfg.release_threshold, UINT64_MAX, &rc)
-                                 : gp_release_free_segments(p, SIZE_MAX, p->cfg.release_threshold, &rc);
+                                 : gp_release_free_segments(p, SIZE_MAX, p->cfg.release_threshold, &rc, NULL, NULL);
         if (rc != GP_OK && *failed == GP_OK)
             *failed = rc;
     }

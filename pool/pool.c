@@ -29,16 +29,17 @@ int gp_pool_enter(gp_pool *pool, const char *fn, gp_pool_state **out)
     return GP_OK;
 }
 
-int gp_pool_stream(gp_pool_state *p, gp_stream handle, gp_stream_state **out)
+int gp_pool_stream(gp_pool_state *p, gp_stream handle, unsigned tenant, gp_stream_state **out)
 {
-    gp_stream_state *st = gp_stream_find(&p->streams, handle);
+    gp_tenant *t = p->tenants.tenants[tenant];
+    gp_stream_state *st = gp_stream_find(&p->streams, handle, t);
     if (st != NULL) {
         *out = st;
         return GP_OK;
     }
     pthread_mutex_lock(&p->lock);
-    st = gp_stream_find(&p->streams, handle);
-    int rc = st != NULL ? GP_OK : gp_stream_add(&p->streams, handle, &st);
+    st = gp_stream_find(&p->streams, handle, t);
+    int rc = st != NULL ? GP_OK : gp_stream_add(&p->streams, handle, t, &st);
     pthread_mutex_unlock(&p->lock);
     if (rc == GP_OK)
         *out = st;
@@ -101,6 +102,13 @@ GP_API int gp_pool_create(gp_pool **out, int device, const char *backend, const 
         free(p);
         return rc;
     }
+    rc = gp_tenant_registry_init(&p->tenants, cfg.max_streams);
+    if (rc != GP_OK) {
+        gp_stream_table_free(&p->streams);
+        free(shell);
+        free(p);
+        return rc;
+    }
     rc = ops->open(&p->cfg, device, &p->ctx);
     size_t free_bytes = 0;
     if (rc == GP_OK) {
@@ -121,6 +129,7 @@ GP_API int gp_pool_create(gp_pool **out, int device, const char *backend, const 
             ops->close(p->ctx);
     }
     if (rc != GP_OK) {
+        gp_tenant_registry_free(&p->tenants);
         gp_stream_table_free(&p->streams);
         free(shell);
         free(p);
@@ -220,11 +229,18 @@ GP_API int gp_pool_destroy(gp_pool *pool, gp_leak_report *report)
     gp_unlock_all_streams(p);
     pthread_mutex_unlock(&p->lock);
 
+    unsigned tenants = atomic_load(&p->tenants.count);
+    for (unsigned i = 0; i < tenants; i++) {
+        gp_staging_free(p, p->tenants.tenants[i]->staging, p->tenants.tenants[i]->staging_size);
+        p->tenants.tenants[i]->staging = NULL;
+    }
+    gp_staging_destroy(p);
     free(p->pooled);
     free(p->pooled_since);
     gp_trace_log_close(p->log);
     p->ops->close(p->ctx);
     gp_stream_table_free(&p->streams);
+    gp_tenant_registry_free(&p->tenants);
     pthread_mutex_destroy(&p->lock);
     free(p);
 
@@ -342,8 +358,24 @@ GP_API int gp_check(gp_pool *pool)
     CHECK(free_bytes == heap_free, "free blocks hold %zu bytes but the heaps count %zu", free_bytes, heap_free);
     CHECK(pending == stream_pending, "pending blocks hold %zu bytes but the streams count %zu", pending, stream_pending);
     CHECK(live_blocks == mapped, "%zu live blocks, %zu in the streams' maps", live_blocks, mapped);
-    CHECK(allocated + free_bytes + pending + pooled == reserved, "allocated %zu + cached %zu != reserved %zu",
-          allocated, free_bytes + pending + pooled, reserved);
+    CHECK(allocated + free_bytes + pending + pooled == reserved + p->paused_bytes,
+          "allocated %zu + cached %zu != reserved %zu + paused %zu", allocated, free_bytes + pending + pooled, reserved,
+          p->paused_bytes);
+    /* per tenant: held == device memory of the segments of its stream states; sums == pool totals */
+    size_t held_total = 0;
+    unsigned tenants = atomic_load(&p->tenants.count);
+    for (unsigned i = 0; i < tenants; i++) {
+        gp_tenant *t = p->tenants.tenants[i];
+        size_t held = 0;
+        for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next)
+            if (seg->owner->tenant == t)
+                held += seg->mapped_bytes;
+        CHECK(held == atomic_load(&t->held), "tenant '%s' is charged %zu bytes, its segments hold %zu", t->name,
+              atomic_load(&t->held), held);
+        held_total += held;
+    }
+    CHECK(held_total + pooled == reserved, "tenants hold %zu + pooled %zu != reserved %zu", held_total, pooled,
+          reserved);
 out:
     gp_unlock_all_streams(p);
     pthread_mutex_unlock(&p->lock);

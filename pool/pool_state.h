@@ -11,7 +11,8 @@
  *     allocated + cached == reserved,  allocated == sum of LIVE block sizes,
  *     cached == sum of heap free_bytes + sum of pending_bytes + pooled_count * page,
  *     reserved == sum of segment sizes (device allocations), or, on a virtual memory backend,
- *     reserved == physical bytes == sum of segments' mapped_bytes + pooled_count * page.
+ *     reserved == physical bytes == sum of segments' mapped_bytes + pooled_count * page;
+ * while tenants are paused, allocated + cached == reserved + paused_bytes (their blocks hold nothing).
  */
 #ifndef GP_POOL_STATE_H
 #define GP_POOL_STATE_H
@@ -27,6 +28,7 @@
 #include "config.h"
 #include "event_pool.h"
 #include "stream.h"
+#include "tenant.h"
 #include "trace_log.h"
 
 #define GP_POOL_MAGIC_LIVE 0x6770706f6f6c4c56ull /* "gppoolLV" */
@@ -41,6 +43,7 @@ typedef struct gp_pool_state {
 
     pthread_mutex_t lock; /* the pool lock: segments list, new streams, device allocation, steals */
     gp_stream_table streams;
+    gp_tenant_registry tenants;
     gp_event_pool events;
     gp_segment *segments_head, *segments_tail; /* oldest first */
     size_t segment_count;
@@ -51,6 +54,9 @@ typedef struct gp_pool_state {
      * pooled handles are physical pages mapped nowhere, kept for reuse (pool lock). */
     size_t page;
     size_t stitch_allowance; /* bytes stitched so far: added to the cache cap (see gp_vmm_grow) */
+    size_t paused_bytes;     /* bytes of paused ranges' blocks, which hold no device memory (pause.c) */
+    void *staging_hooks;     /* staging.c: the jemalloc arena's hooks, NULL before first use */
+    unsigned staging_arena;
     gp_phys *pooled;
     uint64_t *pooled_since;
     size_t pooled_count, pooled_capacity;
@@ -79,8 +85,8 @@ struct gp_pool {
 /* Validates a handle; on success *out is its state. `fn` names the API call in messages. */
 int gp_pool_enter(gp_pool *pool, const char *fn, gp_pool_state **out);
 
-/* The stream's state, adding it (under the pool lock) when the pool has not seen it. */
-int gp_pool_stream(gp_pool_state *p, gp_stream handle, gp_stream_state **out);
+/* The state of (stream, tenant index), adding it (under the pool lock) when the pool has not seen it. */
+int gp_pool_stream(gp_pool_state *p, gp_stream handle, unsigned tenant, gp_stream_state **out);
 
 /* Locks / unlocks every stream in index order (caller holds the pool lock). */
 void gp_lock_all_streams(gp_pool_state *p);
@@ -163,8 +169,10 @@ gp_segment *gp_steal_segment(gp_pool_state *p, gp_stream_state *st, size_t size,
 /* Gives wholly free segments back to the device, oldest first, until `want` bytes are released or
  * cached bytes are at most `keep` (whichever comes first); returns bytes released. Pool lock held, no
  * stream lock. Device failures keep the segment cached; *failed (optional) receives the first
- * failure's code. */
-size_t gp_release_free_segments(gp_pool_state *p, size_t want, size_t keep, int *failed);
+ * failure's code. `only` (NULL = any) limits it to one tenant's segments; a `taker` (NULL = none)
+ * releases memory of other tenants only down to their min. */
+size_t gp_release_free_segments(gp_pool_state *p, size_t want, size_t keep, int *failed, const gp_tenant *only,
+                                const gp_tenant *taker);
 /* Gives one wholly free device-allocation segment back (GP_ERR_INVALID if it is not wholly free). Pool
  * lock held, no stream lock. */
 int gp_release_segment(gp_pool_state *p, gp_segment *seg);
@@ -184,7 +192,7 @@ size_t gp_cache_cap(gp_pool_state *p, size_t rsize);
  * that brings the pool under the cap (releasing less would only trade device calls for nothing).
  * Pool lock held, no stream lock.
  */
-void gp_release_over_cap(gp_pool_state *p, size_t bytes, size_t cap);
+void gp_release_over_cap(gp_pool_state *p, size_t bytes, size_t cap, const gp_tenant *taker);
 
 /* ---- vmm.c ---- */
 /* The slow-path growth on a virtual memory backend: makes a FREE block of at least `rsize` in st's
@@ -195,10 +203,22 @@ int gp_vmm_grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
  * before `idle_before` (UINT64_MAX = any). Returns bytes released; *failed gets the first error. Pool
  * lock held, no stream lock. */
 size_t gp_vmm_release(gp_pool_state *p, size_t keep, uint64_t idle_before, int *failed);
+/* Gives back up to `want` bytes of tenant t's free pages. Pool lock held, no stream lock. */
+size_t gp_vmm_release_tenant(gp_pool_state *p, gp_tenant *t, size_t want, int *failed);
 /* Unmaps and releases everything at destroy; returns bytes that could not be given back. */
 size_t gp_vmm_destroy(gp_pool_state *p, int *failed);
 /* Checks the virtual-memory invariants of seg (owner locked); NULL or the broken one's description. */
 const char *gp_vmm_check_segment(gp_pool_state *p, gp_segment *seg);
+
+/* ---- tenant.c ---- */
+/* Fills out[0..capacity) for every tenant (pool lock and every stream lock held); returns the count. */
+int gp_tenant_snapshot_all(gp_pool_state *p, gp_tenant_stats *out, unsigned capacity);
+
+/* ---- staging.c ---- */
+int gp_staging_alloc(gp_pool_state *p, size_t size, void **out);
+void gp_staging_free(gp_pool_state *p, void *mem, size_t size);
+void gp_staging_destroy(gp_pool_state *p);
+const char *gp_staging_kind(gp_pool_state *p);
 
 /* ---- maintain.c ---- */
 /* The pool's clock in ns: virtual time on the simulated GPU, CLOCK_MONOTONIC otherwise. */

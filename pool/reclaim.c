@@ -37,6 +37,12 @@ gp_segment *gp_steal_segment(gp_pool_state *p, gp_stream_state *st, size_t size,
     for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
         if (seg->owner == st || seg->small != small || seg->size < size || seg->pages != NULL)
             continue;
+        if (seg->owner->tenant != st->tenant) { /* memory changes tenant: both budgets must allow it */
+            size_t max = atomic_load(&st->tenant->max);
+            if (!gp_tenant_can_give(seg->owner->tenant, seg->size) || st->tenant->paused ||
+                (max != 0 && atomic_load(&st->tenant->held) + seg->size > max))
+                continue;
+        }
         if (best != NULL && seg->size >= best->size)
             continue;
         gp_stream_state *owner = seg->owner;
@@ -62,6 +68,8 @@ gp_segment *gp_steal_segment(gp_pool_state *p, gp_stream_state *st, size_t size,
         if (ready) {
             gp_heap_remove(gp_heap_of(owner, small), best->first);
             best->owner = st;
+            gp_tenant_charge(owner->tenant, -(int64_t)best->size);
+            gp_tenant_charge(st->tenant, (int64_t)best->size);
             atomic_fetch_add(&p->num_stream_steals, 1);
             taken = true;
         }
@@ -92,6 +100,7 @@ static int release_segment_locked(gp_pool_state *p, gp_segment *seg)
     p->segment_count--;
     atomic_fetch_sub(&p->reserved, seg->size);
     atomic_fetch_add(&p->num_device_frees, 1);
+    gp_tenant_charge(owner->tenant, -(int64_t)seg->size);
     gp_block_recycle(&owner->blocks, seg->first);
     free(seg);
     return GP_OK;
@@ -106,7 +115,8 @@ int gp_release_segment(gp_pool_state *p, gp_segment *seg)
     return rc;
 }
 
-size_t gp_release_free_segments(gp_pool_state *p, size_t want, size_t keep, int *failed)
+size_t gp_release_free_segments(gp_pool_state *p, size_t want, size_t keep, int *failed, const gp_tenant *only,
+                                const gp_tenant *taker)
 {
     size_t released = 0;
     if (failed != NULL)
@@ -118,6 +128,11 @@ size_t gp_release_free_segments(gp_pool_state *p, size_t want, size_t keep, int 
             break;
         gp_segment *next = seg->next;
         gp_stream_state *owner = seg->owner;
+        if ((only != NULL && owner->tenant != only) ||
+            (taker != NULL && owner->tenant != taker && !gp_tenant_can_give(owner->tenant, seg->size))) {
+            seg = next;
+            continue;
+        }
         pthread_mutex_lock(&owner->lock);
         if (seg->pages == NULL && gp_segment_wholly_free(seg)) {
             size_t size = seg->size;
@@ -169,7 +184,7 @@ size_t gp_cache_cap(gp_pool_state *p, size_t rsize)
     return cap >= (double)SIZE_MAX ? SIZE_MAX : (size_t)cap;
 }
 
-void gp_release_over_cap(gp_pool_state *p, size_t bytes, size_t cap)
+void gp_release_over_cap(gp_pool_state *p, size_t bytes, size_t cap, const gp_tenant *taker)
 {
     size_t reserved = atomic_load(&p->reserved);
     if (cap == SIZE_MAX || reserved + bytes <= cap)
@@ -177,13 +192,14 @@ void gp_release_over_cap(gp_pool_state *p, size_t bytes, size_t cap)
     size_t releasable = 0;
     for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
         pthread_mutex_lock(&seg->owner->lock);
-        if (seg->pages == NULL && gp_segment_wholly_free(seg))
+        if (seg->pages == NULL && gp_segment_wholly_free(seg) &&
+            (seg->owner->tenant == taker || gp_tenant_can_give(seg->owner->tenant, seg->size)))
             releasable += seg->size;
         pthread_mutex_unlock(&seg->owner->lock);
     }
     size_t excess = reserved + bytes - cap;
     if (releasable >= excess)
-        gp_release_free_segments(p, excess, 0, NULL);
+        gp_release_free_segments(p, excess, 0, NULL, NULL, taker);
 }
 
 GP_API int gp_trim(gp_pool *pool, size_t keep_bytes, size_t *released)
@@ -197,7 +213,7 @@ GP_API int gp_trim(gp_pool *pool, size_t keep_bytes, size_t *released)
     gp_flush_all(p); /* keep_bytes is compared with exact figures */
     int failed = GP_OK;
     size_t bytes = p->page != 0 ? gp_vmm_release(p, keep_bytes, UINT64_MAX, &failed)
-                                : gp_release_free_segments(p, SIZE_MAX, keep_bytes, &failed);
+                                : gp_release_free_segments(p, SIZE_MAX, keep_bytes, &failed, NULL, NULL);
     pthread_mutex_unlock(&p->lock);
     if (released != NULL)
         *released = bytes;

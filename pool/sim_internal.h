@@ -75,6 +75,8 @@ void gpsim_memory_assert_invariants(const gpsim_memory *mem);
  * one "sim" allocation, or wholly mapped with "sim-vmm"; the launch checked it and nothing can free or
  * unmap it before the kernel completes). The range, rounded out to host pages of host_page_size, is
  * opened (PROT_READ|WRITE) only for the duration of the call. */
+/* The host side of a device copy: opens [dev, dev+len) for the copy only (the backend's memcpy). */
+void gpsim_copy(size_t host_page_size, gp_devptr dev, void *host, size_t len, bool to_device);
 void gpsim_write_pattern(size_t host_page_size, gp_devptr addr, size_t len, uint64_t seed);
 /* Returns true when the range holds seed's pattern, else false with *first_bad = first differing
  * byte offset from addr. */

@@ -55,7 +55,8 @@ static void snapshot(gp_pool_state *p, gp_stats *s)
     s->num_stitches = atomic_load(&p->num_stitches);
     s->idle_released_bytes = atomic_load(&p->idle_released_bytes);
     /* live + cached == reserved (see pool_state.h) */
-    assert(s->allocated_bytes + s->cached_bytes == s->reserved_bytes);
+    s->paused_bytes = p->paused_bytes;
+    assert(s->allocated_bytes + s->cached_bytes == s->reserved_bytes + s->paused_bytes);
     gp_unlock_all_streams(p);
     pthread_mutex_unlock(&p->lock);
 }
@@ -83,7 +84,7 @@ GP_API int gp_get_stats(gp_pool *pool, gp_stats *stats)
     X(cached_bytes) X(pending_bytes) X(active_blocks) X(segments) X(num_allocs) X(num_frees)                   \
     X(num_device_allocs) X(num_device_frees) X(num_alloc_retries) X(num_ooms) X(num_stream_steals)            \
     X(num_stream_waits) X(num_events_created) X(streams) X(mapped_bytes) X(unmapped_cached_bytes) X(num_maps)      \
-    X(num_unmaps) X(num_stitches) X(idle_released_bytes)
+    X(num_unmaps) X(num_stitches) X(idle_released_bytes) X(paused_bytes)
 
 typedef struct text_buffer {
     char *buf;
@@ -100,6 +101,17 @@ static void put(text_buffer *t, const char *fmt, ...)
     va_end(ap);
     if (n > 0)
         t->used += (size_t)n;
+}
+
+/* Every tenant's stats, under the locks; returns the count. */
+static unsigned tenants_now(gp_pool_state *p, gp_tenant_stats *out)
+{
+    pthread_mutex_lock(&p->lock);
+    gp_lock_all_streams(p);
+    unsigned count = (unsigned)gp_tenant_snapshot_all(p, out, GP_MAX_TENANTS);
+    gp_unlock_all_streams(p);
+    pthread_mutex_unlock(&p->lock);
+    return count;
 }
 
 GP_API int gp_stats_json(gp_pool *pool, char *buf, size_t len, size_t *needed)
@@ -120,6 +132,18 @@ GP_API int gp_stats_json(gp_pool *pool, char *buf, size_t len, size_t *needed)
     put(&t, ",\"size_class_allocs\":[");
     for (unsigned k = 0; k < GP_SIZE_CLASS_COUNT; k++)
         put(&t, "%s%llu", k ? "," : "", (unsigned long long)s.size_class_allocs[k]);
+    put(&t, "],\"tenants\":[");
+    gp_tenant_stats ts[GP_MAX_TENANTS];
+    unsigned tenants = tenants_now(p, ts);
+    for (unsigned i = 0; i < tenants; i++)
+        put(&t,
+            "%s{\"name\":\"%s\",\"held_bytes\":%llu,\"peak_bytes\":%llu,\"allocated_bytes\":%llu,"
+            "\"cached_bytes\":%llu,\"max\":%llu,\"high\":%llu,\"min\":%llu,\"refusals\":%llu,\"pauses\":%llu,"
+            "\"paused\":%s}",
+            i ? "," : "", ts[i].name, (unsigned long long)ts[i].held_bytes, (unsigned long long)ts[i].held_bytes_peak,
+            (unsigned long long)ts[i].allocated_bytes, (unsigned long long)ts[i].cached_bytes,
+            (unsigned long long)ts[i].max, (unsigned long long)ts[i].high, (unsigned long long)ts[i].min,
+            (unsigned long long)ts[i].refusals, (unsigned long long)ts[i].pauses, ts[i].paused ? "true" : "false");
     put(&t, "]}");
     if (len > 0 && t.used >= len)
         buf[len - 1] = '\0';
@@ -160,5 +184,18 @@ GP_API int gp_stats_print(gp_pool *pool, gp_writer write, void *opaque)
              (unsigned long long)s.num_ooms, (unsigned long long)s.num_stream_steals,
              (unsigned long long)s.num_stream_waits, (unsigned long long)s.num_events_created);
     write(opaque, line);
+    gp_tenant_stats ts[GP_MAX_TENANTS];
+    unsigned tenants = tenants_now(p, ts);
+    for (unsigned i = 0; i < tenants; i++) {
+        char d[GP_SIZE_TEXT_MAX], e[GP_SIZE_TEXT_MAX];
+        snprintf(line, sizeof line,
+                 "  tenant %-16s holds %s (peak %s), live %s; max %s high %s min %s; %llu refusals, %llu pauses%s\n",
+                 ts[i].name, gp_format_size(ts[i].held_bytes, a), gp_format_size(ts[i].held_bytes_peak, b),
+                 gp_format_size(ts[i].allocated_bytes, c), ts[i].max ? gp_format_size(ts[i].max, d) : "none",
+                 ts[i].high ? gp_format_size(ts[i].high, e) : "none",
+                 ts[i].min ? gp_format_size(ts[i].min, (char[GP_SIZE_TEXT_MAX]){0}) : "none",
+                 (unsigned long long)ts[i].refusals, (unsigned long long)ts[i].pauses, ts[i].paused ? ", paused" : "");
+        write(opaque, line);
+    }
     return GP_OK;
 }

@@ -9,9 +9,9 @@
 
 #include "error.h"
 
-static inline unsigned slot_of(gp_stream handle, unsigned capacity)
+static inline unsigned slot_of(gp_stream handle, const struct gp_tenant *tenant, unsigned capacity)
 {
-    uint64_t h = (uint64_t)(uintptr_t)handle * 0x9E3779B97F4A7C15ull;
+    uint64_t h = ((uint64_t)(uintptr_t)handle ^ ((uint64_t)(uintptr_t)tenant >> 4)) * 0x9E3779B97F4A7C15ull;
     return (unsigned)(h >> 32) & (capacity - 1);
 }
 
@@ -50,31 +50,42 @@ void gp_stream_table_free(gp_stream_table *table)
     memset(table, 0, sizeof *table);
 }
 
-gp_stream_state *gp_stream_find(const gp_stream_table *table, gp_stream handle)
+gp_stream_state *gp_stream_find(const gp_stream_table *table, gp_stream handle, const struct gp_tenant *tenant)
 {
-    for (unsigned s = slot_of(handle, table->capacity);; s = (s + 1) & (table->capacity - 1)) {
+    for (unsigned s = slot_of(handle, tenant, table->capacity);; s = (s + 1) & (table->capacity - 1)) {
         gp_stream_state *st = atomic_load_explicit(&table->slots[s], memory_order_acquire);
-        if (st == NULL || st->handle == handle)
+        if (st == NULL || (st->handle == handle && st->tenant == tenant))
             return st;
     }
 }
 
-int gp_stream_add(gp_stream_table *table, gp_stream handle, gp_stream_state **out)
+bool gp_stream_seen(const gp_stream_table *table, gp_stream handle)
+{
+    unsigned count = atomic_load(&table->count);
+    for (unsigned i = 0; i < count; i++)
+        if (table->by_index[i]->handle == handle)
+            return true;
+    return false;
+}
+
+int gp_stream_add(gp_stream_table *table, gp_stream handle, struct gp_tenant *tenant, gp_stream_state **out)
 {
     unsigned count = atomic_load(&table->count);
     if (count >= table->max_streams)
         return gp_error_set(GP_ERR_INVALID,
-                            "stream %p is one stream too many: this pool tracks at most %u (config key max_streams)",
+                            "stream %p is one stream too many: this pool tracks at most %u stream and tenant pairs "
+                            "(config key max_streams)",
                             handle, table->max_streams);
     gp_stream_state *st = calloc(1, sizeof *st);
     if (st == NULL)
         return gp_error_set(GP_ERR_INVALID, "out of host memory for stream %p", handle);
     st->handle = handle;
+    st->tenant = tenant;
     st->index = count;
     atomic_init(&st->pending_count, 0);
     pthread_mutex_init(&st->lock, NULL);
     table->by_index[count] = st;
-    unsigned s = slot_of(handle, table->capacity);
+    unsigned s = slot_of(handle, tenant, table->capacity);
     while (atomic_load_explicit(&table->slots[s], memory_order_relaxed) != NULL)
         s = (s + 1) & (table->capacity - 1);
     atomic_store_explicit(&table->slots[s], st, memory_order_release);

@@ -21,8 +21,12 @@
 #include "heap.h"
 #include "size_class.h"
 
+struct gp_tenant;
+
+/* One per (stream, tenant) pair: a tenant's memory on a stream is its own. */
 typedef struct gp_stream_state {
     gp_stream handle;
+    struct gp_tenant *tenant;
     unsigned index; /* order of first sight; locks of several streams are taken in this order */
     pthread_mutex_t lock;
 
@@ -61,12 +65,15 @@ typedef struct gp_stream_table {
 int gp_stream_table_init(gp_stream_table *table, unsigned max_streams);
 void gp_stream_table_free(gp_stream_table *table); /* frees the states too */
 
-/* The state of `handle`, or NULL when the pool has not seen it. Lock-free. */
-gp_stream_state *gp_stream_find(const gp_stream_table *table, gp_stream handle);
+/* The state of (handle, tenant), or NULL when the pool has not seen that pair. Lock-free. */
+gp_stream_state *gp_stream_find(const gp_stream_table *table, gp_stream handle, const struct gp_tenant *tenant);
 
-/* Adds `handle` (caller holds the pool lock and checked it is absent). GP_ERR_INVALID when the table
- * is full, with a message naming max_streams. */
-int gp_stream_add(gp_stream_table *table, gp_stream handle, gp_stream_state **out);
+/* Adds (handle, tenant) (caller holds the pool lock and checked it is absent). GP_ERR_INVALID when the
+ * table is full, with a message naming max_streams. */
+int gp_stream_add(gp_stream_table *table, gp_stream handle, struct gp_tenant *tenant, gp_stream_state **out);
+
+/* True when some state has this handle (any tenant). */
+bool gp_stream_seen(const gp_stream_table *table, gp_stream handle);
 
 /* The size class buckets of stats: see gp_stats_bucket. */
 

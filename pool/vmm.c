@@ -183,6 +183,7 @@ static size_t map_front(gp_pool_state *p, gp_stream_state *st, gp_segment *seg, 
     else if (rest != NULL)
         gp_block_recycle(&st->blocks, rest);
     seg->mapped_bytes += done * p->page;
+    gp_tenant_charge(st->tenant, (int64_t)(done * p->page));
     gp_block *merged = gp_heap_release(gp_heap_of(st, seg->small), &st->blocks, u);
     merged->free_since = atomic_load(&p->coarse_now);
     return done;
@@ -247,22 +248,25 @@ static size_t unmap_pages(gp_pool_state *p, gp_stream_state *owner, gp_segment *
     if (mid->prev == NULL)
         seg->first = mid;
     seg->mapped_bytes -= done * p->page;
+    gp_tenant_charge(owner->tenant, -(int64_t)(done * p->page));
     return done;
 }
 
 /*
  * Unmaps up to `want` whole pages of FREE blocks anywhere in the pool (oldest ranges first), except
- * inside `keep` (NULL or a FREE block to leave alone) and in blocks free since after `idle_before`.
- * Returns the pages done; *rc gets the first failure.
+ * inside `keep` (NULL or a FREE block to leave alone) and in blocks free since after `idle_before`;
+ * only in tenant `only` (NULL = any); for a `taker` (NULL = none), other tenants' pages only down to
+ * their min. Returns the pages done; *rc gets the first failure.
  */
 static size_t unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *keep, uint64_t idle_before,
-                               bool release, int *rc)
+                               bool release, int *rc, const gp_tenant *only, const gp_tenant *taker)
 {
     size_t got = 0;
     for (gp_segment *seg = p->segments_head; seg != NULL && got < want; seg = seg->next) {
-        if (seg->pages == NULL)
-            continue;
         gp_stream_state *owner = seg->owner;
+        if (seg->pages == NULL || seg->paused || (only != NULL && owner->tenant != only))
+            continue;
+        bool others = taker != NULL && owner->tenant != taker;
         pthread_mutex_lock(&owner->lock);
         bool progress = true;
         while (progress && got < want) {
@@ -277,6 +281,10 @@ static size_t unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *ke
                 size_t n = (end - first) / p->page;
                 if (n > want - got)
                     n = want - got;
+                while (others && n > 0 && !gp_tenant_can_give(owner->tenant, n * p->page))
+                    n--;
+                if (n == 0)
+                    continue;
                 int one = GP_OK;
                 size_t done = unmap_pages(p, owner, seg, b, first, n, release, &one);
                 got += done;
@@ -382,6 +390,9 @@ int gp_vmm_grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
         pages = div_up(rsize, p->page);
         keep = NULL;
     }
+    rc = gp_tenant_admit(p, st->tenant, pages * p->page, rsize);
+    if (rc != GP_OK)
+        return rc;
     /* Pages beyond the pool's come from the device while the pool stays under its cache cap; past it,
      * from free pages elsewhere (stitching), as many as keep it under the cap. Every stitch raises the
      * cap by the pages it moved (stitch_allowance): a working set that needs more memory than the cap
@@ -396,7 +407,7 @@ int gp_vmm_grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
             size_t want = div_up(after - cap, p->page);
             if (want > pages - p->pooled_count)
                 want = pages - p->pooled_count;
-            size_t moved = unmap_free_pages(p, want, keep, UINT64_MAX, false, &urc);
+            size_t moved = unmap_free_pages(p, want, keep, UINT64_MAX, false, &urc, NULL, st->tenant);
             if (moved > 0) {
                 atomic_fetch_add(&p->num_stitches, 1);
                 p->stitch_allowance += moved * p->page;
@@ -412,7 +423,7 @@ int gp_vmm_grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
     if (rc == GP_ERR_OOM) {
         /* The device is full: every free page anywhere may serve, then try the rest again. */
         int urc = GP_OK;
-        unmap_free_pages(p, pages - done, NULL, UINT64_MAX, false, &urc);
+        unmap_free_pages(p, pages - done, NULL, UINT64_MAX, false, &urc, NULL, st->tenant);
         pthread_mutex_lock(&st->lock);
         spot = growth_spot(p, st, rsize, small, &pages);
         done = spot != NULL ? map_front(p, st, spot->segment, spot, pages, &rc) : 0;
@@ -430,7 +441,7 @@ static void release_empty_ranges(gp_pool_state *p)
 {
     for (gp_segment *seg = p->segments_head, *next; seg != NULL; seg = next) {
         next = seg->next;
-        if (seg->pages == NULL || seg->mapped_bytes != 0)
+        if (seg->pages == NULL || seg->mapped_bytes != 0 || seg->paused)
             continue;
         if (p->ops->va_release(p->ctx, seg->addr, seg->size) != GP_OK)
             continue; /* keep it; a later pass tries again */
@@ -478,11 +489,20 @@ size_t gp_vmm_release(gp_pool_state *p, size_t keep, uint64_t idle_before, int *
     size_t cached = atomic_load(&p->reserved) - gp_allocated_estimate(p);
     if (cached > keep) {
         int rc = GP_OK;
-        unmap_free_pages(p, div_up(cached - keep, p->page), NULL, idle_before, true, &rc);
+        unmap_free_pages(p, div_up(cached - keep, p->page), NULL, idle_before, true, &rc, NULL, NULL);
         if (rc != GP_OK && *failed == GP_OK)
             *failed = rc;
     }
     release_empty_ranges(p);
+    size_t after = atomic_load(&p->reserved);
+    return before > after ? before - after : 0;
+}
+
+size_t gp_vmm_release_tenant(gp_pool_state *p, gp_tenant *t, size_t want, int *failed)
+{
+    size_t before = atomic_load(&p->reserved);
+    *failed = GP_OK;
+    unmap_free_pages(p, div_up(want, p->page), NULL, UINT64_MAX, true, failed, t, NULL);
     size_t after = atomic_load(&p->reserved);
     return before > after ? before - after : 0;
 }
@@ -494,12 +514,17 @@ size_t gp_vmm_destroy(gp_pool_state *p, int *failed)
         if (seg->pages == NULL)
             continue;
         bool clean = true;
+        if (seg->paused && seg->mapped_bytes == 0) { /* nothing mapped: only the address range is left */
+            if (p->ops->va_release(p->ctx, seg->addr, seg->size) != GP_OK && *failed == GP_OK)
+                *failed = GP_ERR_DEVICE;
+            continue;
+        }
         gp_block *b = seg->first;
         for (uintptr_t va = seg->addr; va < seg->addr + seg->size; va += p->page) {
             while (b->addr + b->size <= va)
                 b = b->next;
-            if (b->state == GP_BLOCK_UNMAPPED) /* unmapped blocks are whole pages */
-                continue;
+            if (b->state == GP_BLOCK_UNMAPPED || seg->pages[page_index(p, seg, va)] == GP_PHYS_NONE)
+                continue; /* unmapped blocks are whole pages; paused ranges may have pages without memory */
             int rc = p->ops->unmap(p->ctx, va, p->page);
             if (rc == GP_OK)
                 rc = p->ops->phys_release(p->ctx, seg->pages[page_index(p, seg, va)]);
@@ -527,6 +552,13 @@ size_t gp_vmm_destroy(gp_pool_state *p, int *failed)
 
 const char *gp_vmm_check_segment(gp_pool_state *p, gp_segment *seg)
 {
+    if (seg->paused) {
+        size_t mapped = 0;
+        for (size_t i = 0; i < seg->size / p->page; i++)
+            mapped += seg->pages[i] != GP_PHYS_NONE && seg->pages[i] != 0 ? p->page : 0;
+        (void)mapped; /* pages of UNMAPPED blocks hold stale values; mapped_bytes is checked by the pool totals */
+        return NULL;
+    }
     size_t unmapped = 0;
     for (gp_block *b = seg->first; b != NULL; b = b->next) {
         if (b->state != GP_BLOCK_UNMAPPED)

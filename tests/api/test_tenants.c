@@ -1,0 +1,300 @@
+/*
+ * test_tenants.c — per-model budgets through the public API on the sim: attribution (thread tenant,
+ * stream binding, default), max with GP_ERR_QUOTA and its message, high trimming the tenant's own
+ * cache, min guarantees, lowering max at run time, per-tenant stats and JSON, and pause/resume with
+ * contents on the virtual memory sim (checked with pattern kernels).
+ */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpupool.h"
+#include "gpupool_sim.h"
+
+#define MIB ((size_t)1 << 20)
+
+static gp_pool *pool;
+static gp_sim *sim;
+
+static void open_pool(const char *backend, const char *config)
+{
+    unsetenv("GPUPOOL_CONF");
+    cr_assert_eq(gp_pool_create(&pool, 0, backend, config), GP_OK, "%s", gp_last_error());
+    sim = gp_sim_of(pool);
+    gp_sim_retain(sim);
+}
+
+static void teardown(void)
+{
+    if (pool != NULL) {
+        cr_expect_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+        gp_pool_destroy(pool, NULL);
+        gp_sim_report r;
+        gp_sim_get_report(sim, &r);
+        cr_expect_eq(r.leaked_bytes_at_close, 0, "%s", gp_sim_first_violation(sim));
+        cr_expect_eq(r.races, 0, "%s", gp_sim_first_violation(sim));
+        cr_expect_eq(r.pattern_mismatches, 0, "%s", gp_sim_first_violation(sim));
+    }
+    if (sim != NULL)
+        gp_sim_release(sim);
+    pool = NULL;
+    sim = NULL;
+}
+
+static gp_tenant_stats tenant(const char *name)
+{
+    gp_tenant_stats s = {.size = sizeof s, .version = GP_TENANT_STATS_VERSION};
+    cr_assert_eq(gp_tenant_get_stats(pool, name, &s), GP_OK, "%s", gp_last_error());
+    return s;
+}
+
+static void create(const char *name, size_t max, size_t high, size_t min)
+{
+    gp_tenant_limits l = {max, high, min};
+    cr_assert_eq(gp_tenant_create(pool, name, &l), GP_OK, "%s", gp_last_error());
+}
+
+TestSuite(tenants, .fini = teardown);
+
+Test(tenants, attribution_thread_then_stream_then_default)
+{
+    open_pool("sim", "device_memory:1GiB");
+    create("a", 0, 0, 0);
+    create("b", 0, 0, 0);
+    gp_stream s1 = gp_sim_stream_create(sim), s2 = gp_sim_stream_create(sim);
+    cr_assert_eq(gp_tenant_bind_stream(pool, "b", s2), GP_OK);
+    void *p0, *pa, *pb, *pnested;
+    cr_assert_eq(gp_alloc(pool, &p0, 3 * MIB, s1), GP_OK);
+    cr_assert_eq(gp_alloc(pool, &pb, 3 * MIB, s2), GP_OK);
+    cr_assert_eq(gp_tenant_push(pool, "a"), GP_OK);
+    cr_assert_eq(gp_alloc(pool, &pa, 3 * MIB, s2), GP_OK, "the thread's tenant wins over the binding");
+    cr_assert_eq(gp_tenant_push(pool, "b"), GP_OK);
+    cr_assert_eq(gp_alloc(pool, &pnested, 1 * MIB, s1), GP_OK);
+    cr_assert_eq(gp_tenant_pop(pool), GP_OK);
+    cr_assert_eq(gp_tenant_pop(pool), GP_OK);
+    cr_assert_eq(gp_tenant_pop(pool), GP_ERR_INVALID, "nothing left to pop");
+    cr_assert_eq(tenant("default").allocated_bytes, 3 * MIB);
+    cr_assert_eq(tenant("a").allocated_bytes, 3 * MIB);
+    cr_assert_eq(tenant("b").allocated_bytes, 4 * MIB);
+    /* a free from any thread and tenant credits the block's own tenant */
+    cr_assert_eq(gp_free(pool, pa, s2), GP_OK);
+    cr_assert_eq(gp_free(pool, pnested, s1), GP_OK);
+    cr_assert_eq(tenant("a").allocated_bytes, 0);
+    cr_assert_eq(tenant("b").allocated_bytes, 3 * MIB);
+    /* held bytes add up to the pool's reserved bytes */
+    gp_stats st = {.size = sizeof st, .version = GP_STATS_VERSION};
+    cr_assert_eq(gp_get_stats(pool, &st), GP_OK);
+    cr_assert_eq(tenant("default").held_bytes + tenant("a").held_bytes + tenant("b").held_bytes, st.reserved_bytes);
+    cr_assert_eq(gp_free(pool, p0, s1), GP_OK);
+    cr_assert_eq(gp_free(pool, pb, s2), GP_OK);
+}
+
+Test(tenants, max_refuses_with_a_message_and_others_are_unaffected)
+{
+    open_pool("sim", "device_memory:1GiB");
+    create("llama", 64 * MIB, 0, 0);
+    create("bert", 0, 0, 0);
+    gp_stream s = gp_sim_stream_create(sim);
+    void *p[8];
+    cr_assert_eq(gp_tenant_push(pool, "llama"), GP_OK);
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(gp_alloc(pool, &p[i], 20 * MIB, s), GP_OK, "%s", gp_last_error());
+    void *over = (void *)1;
+    cr_assert_eq(gp_alloc(pool, &over, 20 * MIB, s), GP_ERR_QUOTA);
+    cr_assert_null(over);
+    const char *msg = gp_last_error();
+    cr_assert(strstr(msg, "llama") && strstr(msg, "max 64.0 MiB") && strstr(msg, "request 20.0 MiB"), "%s", msg);
+    cr_assert_eq(tenant("llama").refusals, 1);
+    cr_assert(tenant("llama").held_bytes <= 64 * MIB);
+    cr_assert_eq(gp_tenant_pop(pool), GP_OK);
+    cr_assert_eq(gp_tenant_push(pool, "bert"), GP_OK);
+    cr_assert_eq(gp_alloc(pool, &p[3], 200 * MIB, s), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_tenant_pop(pool), GP_OK);
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(gp_free(pool, p[i], s), GP_OK);
+}
+
+Test(tenants, max_trims_the_tenants_own_cache_before_refusing)
+{
+    open_pool("sim", "device_memory:1GiB");
+    create("m", 64 * MIB, 0, 0);
+    gp_stream s = gp_sim_stream_create(sim);
+    cr_assert_eq(gp_tenant_bind_stream(pool, "m", s), GP_OK);
+    void *a, *b;
+    cr_assert_eq(gp_alloc(pool, &a, 40 * MIB, s), GP_OK);
+    cr_assert_eq(gp_free(pool, a, s), GP_OK); /* 40 MiB cached by m */
+    cr_assert_eq(gp_alloc(pool, &b, 50 * MIB, s), GP_OK, "the cache goes first: %s", gp_last_error());
+    cr_assert_eq(tenant("m").held_bytes, 50 * MIB);
+    cr_assert_eq(tenant("m").refusals, 0);
+    cr_assert_eq(gp_free(pool, b, s), GP_OK);
+}
+
+Test(tenants, high_trims_before_growing)
+{
+    open_pool("sim", "device_memory:1GiB");
+    create("h", 0, 48 * MIB, 0);
+    gp_stream s = gp_sim_stream_create(sim);
+    cr_assert_eq(gp_tenant_bind_stream(pool, "h", s), GP_OK);
+    void *a, *b;
+    cr_assert_eq(gp_alloc(pool, &a, 40 * MIB, s), GP_OK);
+    cr_assert_eq(gp_free(pool, a, s), GP_OK);
+    cr_assert_eq(gp_alloc(pool, &b, 44 * MIB, s), GP_OK);
+    cr_assert_eq(tenant("h").held_bytes, 44 * MIB, "the 40 MiB cached segment went back first");
+    cr_assert_eq(gp_free(pool, b, s), GP_OK);
+}
+
+Test(tenants, min_is_guaranteed_against_other_tenants)
+{
+    open_pool("sim", "device_memory:256MiB");
+    create("guarded", 0, 0, 100 * MIB);
+    create("greedy", 0, 0, 0);
+    gp_stream s = gp_sim_stream_create(sim), g = gp_sim_stream_create(sim);
+    cr_assert_eq(gp_tenant_bind_stream(pool, "greedy", s), GP_OK);
+    cr_assert_eq(gp_tenant_bind_stream(pool, "guarded", g), GP_OK);
+    void *p, *q;
+    cr_assert_eq(gp_alloc(pool, &p, 150 * MIB, s), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_alloc(pool, &q, 20 * MIB, s), GP_ERR_OOM, "would eat into guarded's 100 MiB");
+    cr_assert(strstr(gp_last_error(), "guarded") != NULL, "%s", gp_last_error());
+    void *r;
+    cr_assert_eq(gp_alloc(pool, &r, 100 * MIB, g), GP_OK, "guarded reaches its min: %s", gp_last_error());
+    cr_assert_eq(gp_free(pool, r, g), GP_OK);
+    /* guarded's cache above nothing: it is at its min, so greedy cannot take it */
+    cr_assert_eq(gp_alloc(pool, &q, 90 * MIB, s), GP_ERR_OOM);
+    cr_assert_eq(tenant("guarded").held_bytes, 100 * MIB);
+    cr_assert_eq(gp_free(pool, p, s), GP_OK);
+}
+
+Test(tenants, lowering_max_trims_cache_and_refuses_until_it_fits)
+{
+    open_pool("sim", "device_memory:1GiB");
+    create("t", 0, 0, 0);
+    gp_stream s = gp_sim_stream_create(sim);
+    cr_assert_eq(gp_tenant_bind_stream(pool, "t", s), GP_OK);
+    void *live, *cached, *small;
+    cr_assert_eq(gp_alloc(pool, &live, 60 * MIB, s), GP_OK);
+    cr_assert_eq(gp_alloc(pool, &cached, 30 * MIB, s), GP_OK);
+    cr_assert_eq(gp_alloc(pool, &small, 1000, s), GP_OK);
+    cr_assert_eq(gp_free(pool, cached, s), GP_OK);
+    gp_tenant_limits l = {40 * MIB, 0, 0};
+    cr_assert_eq(gp_tenant_set_limits(pool, "t", &l), GP_OK);
+    gp_tenant_stats st = tenant("t");
+    cr_assert_eq(st.held_bytes, 60 * MIB + 2 * MIB, "the cached 30 MiB went back; live blocks stay");
+    void *x;
+    cr_assert_eq(gp_alloc(pool, &x, 512, s), GP_ERR_QUOTA, "refused while over max, even from its cache");
+    cr_assert_eq(gp_free(pool, live, s), GP_OK);
+    cr_assert_eq(gp_alloc(pool, &x, 512, s), GP_OK, "fits again once its cache is trimmed: %s", gp_last_error());
+    cr_assert(tenant("t").held_bytes <= 40 * MIB);
+    cr_assert_eq(gp_free(pool, x, s), GP_OK);
+    cr_assert_eq(gp_free(pool, small, s), GP_OK);
+}
+
+Test(tenants, bad_input)
+{
+    open_pool("sim", "device_memory:1GiB");
+    gp_tenant_limits bad = {10 * MIB, 0, 20 * MIB};
+    cr_assert_eq(gp_tenant_create(pool, "x", &bad), GP_ERR_INVALID);
+    cr_assert(strstr(gp_last_error(), "min") != NULL);
+    cr_assert_eq(gp_tenant_create(pool, "", NULL), GP_ERR_INVALID);
+    cr_assert_eq(gp_tenant_create(pool, "default", NULL), GP_ERR_INVALID, "exists already");
+    cr_assert_eq(gp_tenant_push(pool, "nobody"), GP_ERR_INVALID);
+    cr_assert(strstr(gp_last_error(), "nobody") != NULL);
+    cr_assert_eq(gp_tenant_pause(pool, "default", 0), GP_ERR_INVALID, "needs a virtual memory backend");
+    size_t n = 0;
+    cr_assert_eq(gp_tenant_count(pool, &n), GP_OK);
+    cr_assert_eq(n, 1);
+    char name[8];
+    cr_assert_eq(gp_tenant_name(pool, 0, name, sizeof name), GP_OK);
+    cr_assert_str_eq(name, "default");
+}
+
+Test(tenants, stats_json_and_print_list_tenants)
+{
+    open_pool("sim", "device_memory:1GiB");
+    create("model-a", 32 * MIB, 0, 0);
+    char json[16384];
+    cr_assert_eq(gp_stats_json(pool, json, sizeof json, NULL), GP_OK);
+    cr_assert(strstr(json, "\"tenants\":[{\"name\":\"default\"") != NULL, "%s", json);
+    cr_assert(strstr(json, "\"name\":\"model-a\"") != NULL && strstr(json, "\"max\":33554432") != NULL, "%s", json);
+}
+
+Test(tenants, pause_and_resume_round_trip_contents)
+{
+    open_pool("sim-vmm", "device_memory:1GiB");
+    create("idle", 0, 0, 0);
+    create("busy", 0, 0, 0);
+    gp_stream s = gp_sim_stream_create(sim), t = gp_sim_stream_create(sim);
+    cr_assert_eq(gp_tenant_bind_stream(pool, "idle", s), GP_OK);
+    cr_assert_eq(gp_tenant_bind_stream(pool, "busy", t), GP_OK);
+    enum { N = 6 };
+    void *p[N];
+    size_t size[N];
+    for (int i = 0; i < N; i++) {
+        size[i] = (size_t)(i + 1) * 3 * MIB + 1000;
+        cr_assert_eq(gp_alloc(pool, &p[i], size[i], s), GP_OK, "%s", gp_last_error());
+        cr_assert_eq(gp_sim_launch(sim, s, p[i], size[i], GP_SIM_WRITE, (uint64_t)i, 100), GP_OK);
+    }
+    void *cached;
+    cr_assert_eq(gp_alloc(pool, &cached, 5 * MIB, s), GP_OK);
+    cr_assert_eq(gp_free(pool, cached, s), GP_OK);
+    gp_sim_synchronize(sim);
+    size_t held = tenant("idle").held_bytes;
+    gp_sim_report before;
+    gp_sim_get_report(sim, &before);
+
+    cr_assert_eq(gp_tenant_pause(pool, "idle", GP_PAUSE_KEEP_CONTENTS), GP_OK, "%s", gp_last_error());
+    gp_tenant_stats st = tenant("idle");
+    cr_assert(st.paused);
+    cr_assert_eq(st.held_bytes, 0);
+    gp_sim_report during;
+    gp_sim_get_report(sim, &during);
+    cr_assert_eq(during.allocated_bytes, before.allocated_bytes - held, "the sim got the physical memory back");
+    void *x;
+    cr_assert_eq(gp_alloc(pool, &x, 1000, s), GP_ERR_PAUSED);
+    cr_assert(strstr(gp_last_error(), "paused") != NULL);
+    /* another tenant uses the memory meanwhile */
+    void *other;
+    cr_assert_eq(gp_alloc(pool, &other, held, t), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_sim_launch(sim, t, other, held, GP_SIM_WRITE, 99, 100), GP_OK);
+    gp_sim_synchronize(sim);
+    cr_assert_eq(gp_free(pool, other, t), GP_OK);
+    cr_assert_eq(gp_trim(pool, 0, NULL), GP_OK);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+
+    cr_assert_eq(gp_tenant_resume(pool, "idle"), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(tenant("idle").held_bytes, held);
+    cr_assert_eq(tenant("idle").pauses, 1);
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(gp_sim_launch(sim, s, p[i], size[i], GP_SIM_CHECK, (uint64_t)i, 100), GP_OK,
+                     "same addresses after resume");
+    gp_sim_synchronize(sim);
+    gp_sim_report after;
+    gp_sim_get_report(sim, &after);
+    cr_assert_eq(after.pattern_mismatches, 0, "contents came back exactly: %s", gp_sim_first_violation(sim));
+    cr_assert_eq(gp_alloc(pool, &x, 1000, s), GP_OK, "allocating works again");
+    cr_assert_eq(gp_free(pool, x, s), GP_OK);
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(gp_free(pool, p[i], s), GP_OK);
+}
+
+Test(tenants, pause_fault_rolls_back)
+{
+    open_pool("sim-vmm", "device_memory:1GiB");
+    create("m", 0, 0, 0);
+    gp_stream s = gp_sim_stream_create(sim);
+    cr_assert_eq(gp_tenant_bind_stream(pool, "m", s), GP_OK);
+    void *p;
+    cr_assert_eq(gp_alloc(pool, &p, 9 * MIB, s), GP_OK);
+    cr_assert_eq(gp_sim_launch(sim, s, p, 9 * MIB, GP_SIM_WRITE, 7, 100), GP_OK);
+    gp_sim_synchronize(sim);
+    gp_sim_fail_call(sim, 3, GP_SIM_CALL_UNMAP, GP_ERR_DEVICE);
+    cr_assert_eq(gp_tenant_pause(pool, "m", GP_PAUSE_KEEP_CONTENTS), GP_ERR_DEVICE);
+    cr_assert(strstr(gp_last_error(), "rolled back") != NULL, "%s", gp_last_error());
+    cr_assert(!tenant("m").paused);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_sim_launch(sim, s, p, 9 * MIB, GP_SIM_CHECK, 7, 100), GP_OK);
+    gp_sim_synchronize(sim);
+    gp_sim_report r;
+    gp_sim_get_report(sim, &r);
+    cr_assert_eq(r.pattern_mismatches, 0, "%s", gp_sim_first_violation(sim));
+    cr_assert_eq(gp_free(pool, p, s), GP_OK);
+}
