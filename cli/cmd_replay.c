@@ -10,12 +10,15 @@
 #include "cli.h"
 #include "format.h"
 #include "replay.h"
+#include "replay_models.h"
 #include "svg.h"
 #include "trace.h"
 
 static const char replay_usage[] =
     "usage: gpupool replay [--device-memory SIZE] [--conf CONF] [--repeat N] [--json] [--plot FILE.svg]\n"
     "                      TRACE...\n"
+    "       gpupool replay [--device-memory SIZE] [--conf CONF] [--json]\n"
+    "                      --model NAME=TRACE[:max=SIZE][:high=SIZE][:min=SIZE] ...\n"
     "\n"
     "Replays each allocation trace (RMM's CSV allocation log: Thread,Time,Action,Pointer,Size,Stream)\n"
     "through a gpupool pool on the simulated GPU, each trace stream on its own simulated stream, and\n"
@@ -28,7 +31,11 @@ static const char replay_usage[] =
     "  --repeat N            replay each trace N times on one pool, freeing what is live in between\n"
     "                        (as a training loop would); time per event is the median over passes\n"
     "  --json                print exactly one JSON object on stdout\n"
-    "  --plot FILE.svg       draw live and reserved bytes over the replay(s) into FILE.svg\n";
+    "  --plot FILE.svg       draw live and reserved bytes over the replay(s) into FILE.svg\n"
+    "  --model NAME=TRACE[:max=SIZE][:high=SIZE][:min=SIZE]\n"
+    "                        replay several traces together, interleaved by their Time column, each as\n"
+    "                        one tenant (model) with those limits on streams of its own; reports each\n"
+    "                        model's peak bytes held and refused allocations\n";
 
 /* Plot data: one bucket per x pixel-ish, holding the largest live and reserved seen in it. */
 #define PLOT_BUCKETS 1200u
@@ -149,6 +156,10 @@ int gp_cmd_replay(int argc, char **argv)
     unsigned repeat = 1;
     int json = 0;
     int first_trace = argc;
+    const char **model_specs = calloc((size_t)argc, sizeof *model_specs);
+    int num_models = 0;
+    if (model_specs == NULL)
+        return 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *value = NULL;
@@ -168,9 +179,9 @@ int gp_cmd_replay(int argc, char **argv)
             first_trace = i;
             break;
         }
-        const char *names[] = {"--device-memory", "--conf", "--repeat", "--plot"};
+        const char *names[] = {"--device-memory", "--conf", "--repeat", "--plot", "--model"};
         int which = -1;
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < 5; k++) {
             size_t n = strlen(names[k]);
             if (strncmp(a, names[k], n) == 0 && (a[n] == '\0' || a[n] == '=')) {
                 which = k;
@@ -202,10 +213,23 @@ int gp_cmd_replay(int argc, char **argv)
                 return 2;
             }
             repeat = (unsigned)n;
+        } else if (which == 4) {
+            model_specs[num_models++] = value;
         } else {
             plot = value;
         }
     }
+    if (num_models > 0) {
+        if (first_trace < argc) {
+            fprintf(stderr, "gpupool replay: give traces either as --model NAME=TRACE or plainly, not both\n");
+            free(model_specs);
+            return 2;
+        }
+        int status = gp_replay_models(model_specs, num_models, dm, conf, json);
+        free(model_specs);
+        return status;
+    }
+    free(model_specs);
     if (first_trace >= argc) {
         fprintf(stderr, "gpupool replay: no trace given\n\n%s", replay_usage);
         return 2;

@@ -1,0 +1,11 @@
+/*
+ * replay_models.h — several traces as several tenants on one simulated GPU (replay_models.c).
+ */
+#ifndef GP_CLI_REPLAY_MODELS_H
+#define GP_CLI_REPLAY_MODELS_H
+
+/* Replays specs NAME=TRACE[:max=SIZE][:high=SIZE][:min=SIZE] together; prints a table (or one JSON
+ * object with a "tenants" array). Returns the process exit status. */
+int gp_replay_models(const char **specs, int count, const char *device_memory, const char *conf, int json);
+
+#endif /* GP_CLI_REPLAY_MODELS_H */
