@@ -2,7 +2,7 @@
 """Fragmentation benchmark on the real traces: gpupool against PyTorch's caching allocator.
 
 For every trace in ../shared/traces (relative to the repository root; never copied into the project)
-it runs `build/gpupool replay --json --repeat 3` (fragmentation and device calls), `build/gpupool replay
+it runs `build/gpupool replay --json --repeat 6` (fragmentation and device calls), `build/gpupool replay
 --json --repeat 11` (host time: the median pass, so that the cold first passes, whose time is the
 simulated device's, do not decide it) and ../shared/tools/pytorch_policy_model.py --json,
 reads PyTorch's peak reserved as measured on the GPU from ../shared/traces/README.md where the README
@@ -60,9 +60,11 @@ def main(argv):
     ap.add_argument('--traces', default=os.path.join(os.path.dirname(ROOT), 'shared', 'traces'))
     ap.add_argument('--model', default=os.path.join(os.path.dirname(ROOT), 'shared', 'tools',
                                                     'pytorch_policy_model.py'))
-    ap.add_argument('--repeat', type=int, default=3, help='passes for fragmentation and device calls')
+    ap.add_argument('--repeat', type=int, default=6, help='passes for fragmentation and device calls')
     ap.add_argument('--speed-repeat', type=int, default=11, help='passes for the host time (median)')
     ap.add_argument('--conf', default='')
+    ap.add_argument('--target', type=float, default=None,
+                    help='reserved/live target (default 1.05; 1.03 with backend:sim-vmm, issue 4)')
     ap.add_argument('--json', action='store_true', help='print the rows as one JSON object')
     args = ap.parse_args(argv)
 
@@ -111,14 +113,17 @@ def main(argv):
             'pytorch_model_reserved_over_live': pm['reserved_over_live'] if pm else None,
             'device_calls_first_repeat': g.get('device_calls_first_repeat'),
             'device_calls_last_repeat': g['device_calls_last_repeat'],
+            'map_calls_first_repeat': g.get('map_calls_first_repeat', 0),
+            'map_calls_last_repeat': g.get('map_calls_last_repeat', 0),
             'failed_allocations': g['failed_allocations'],
             'host_ns_per_event': speed[name]['host_ns_per_event'],
             'host_ns_per_event_first_pass': speed[name]['host_ns_per_event_first'],
             'events_per_second': 1e9 / speed[name]['host_ns_per_event'] if speed[name]['host_ns_per_event'] else 0.0,
         })
 
-    ratio_met = all(r['gpupool_reserved_over_live'] <= TARGET_RATIO for r in rows)
-    calls_met = all(r['device_calls_last_repeat'] == 0 for r in rows)
+    target = args.target if args.target is not None else (1.03 if 'sim-vmm' in args.conf else TARGET_RATIO)
+    ratio_met = all(r['gpupool_reserved_over_live'] <= target for r in rows)
+    calls_met = all(r['device_calls_last_repeat'] == 0 and r['map_calls_last_repeat'] == 0 for r in rows)
     speed_met = all(r['events_per_second'] >= 5e6 for r in rows)
     if args.json:
         print(json.dumps({'repeat': args.repeat, 'speed_repeat': args.speed_repeat, 'conf': args.conf, 'rows': rows,
@@ -130,7 +135,7 @@ def main(argv):
     print(f"gpupool replay --repeat {args.repeat} ({conf}) against PyTorch's caching allocator; "
           "sizes in MiB")
     hdr = (f"{'trace':30s} {'peak live':>11s} {'gpupool rsv':>11s} {'PyTorch rsv':>11s} {'gpupool':>8s} "
-           f"{'PyTorch':>8s} {'model':>7s} {'calls':>11s} {'Mev/s':>6s}")
+           f"{'PyTorch':>8s} {'model':>7s} {'calls':>11s} {'maps':>11s} {'Mev/s':>6s}")
     print(hdr)
     print('-' * len(hdr))
     for r in rows:
@@ -144,17 +149,19 @@ def main(argv):
               f"{(f'{pt_ratio:.3f}' if pt_ratio else '-'):>7s}{warm} "
               f"{(f'{model_ratio:.3f}' if model_ratio else '-'):>7s} "
               f"{r['device_calls_first_repeat']:>5d}/{r['device_calls_last_repeat']:<5d} "
+              f"{r['map_calls_first_repeat']:>5d}/{r['map_calls_last_repeat']:<5d} "
               f"{r['events_per_second'] / 1e6:6.1f}")
     print()
     print("gpupool/PyTorch: peak reserved over peak live. PyTorch: measured on the GPU (README; * = the run "
           "began with a warm cache, not a clean comparison); model: pytorch_policy_model.py on the same trace.")
-    print(f"calls: device allocate+free calls in the first/last of {args.repeat} repeats. Mev/s: million events "
+    print(f"calls: device allocate+free calls (maps: map+unmap calls, sim-vmm) in the first/last of {args.repeat} "
+          f"repeats. Mev/s: million events "
           f"per second, median of {args.speed_repeat} passes (single thread, simulated GPU).")
     worst = max(rows, key=lambda r: r['gpupool_reserved_over_live'])
-    print(f"target reserved/live <= {TARGET_RATIO}: {'MET' if ratio_met else 'MISSED'} "
+    print(f"target reserved/live <= {target}: {'MET' if ratio_met else 'MISSED'} "
           f"(worst {worst['gpupool_reserved_over_live']:.3f} on {worst['trace']})")
-    print(f"target zero device calls in the last repeat: {'MET' if calls_met else 'MISSED'} "
-          f"({sum(1 for r in rows if r['device_calls_last_repeat'])} trace(s) with calls)")
+    print(f"target zero device and map calls in the last repeat: {'MET' if calls_met else 'MISSED'} "
+          f"({sum(1 for r in rows if r['device_calls_last_repeat'] or r['map_calls_last_repeat'])} trace(s) with calls)")
     slowest = min(rows, key=lambda r: r['events_per_second'])
     print(f"target >= 5 M events/s: {'MET' if speed_met else 'MISSED'} "
           f"(slowest {slowest['events_per_second'] / 1e6:.1f} M/s on {slowest['trace']})")
