@@ -127,7 +127,7 @@ GP_API int gp_tenant_pause(gp_pool *pool, const char *name, unsigned flags)
     int rc = gp_pool_enter(pool, "gp_tenant_pause", &p);
     if (rc != GP_OK)
         return rc;
-    gp_tenant *t;
+    gp_tenant *t = NULL;
     if ((rc = find(p, name, "gp_tenant_pause", &t)) != GP_OK)
         return rc;
     if (p->page == 0)
@@ -143,6 +143,8 @@ GP_API int gp_tenant_pause(gp_pool *pool, const char *name, unsigned flags)
     gp_collect_all_pending(p);
     t->paused = true; /* closes the gate first: no allocation may start in it from here */
     gp_tenant_update_gate(t);
+    int trimmed; /* its cache goes back first, so that resume maps only what live blocks need */
+    gp_vmm_release_tenant(p, t, SIZE_MAX, &trimmed);
     gp_lock_all_streams(p);
     size_t live = 0;
     for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next)
@@ -187,7 +189,7 @@ GP_API int gp_tenant_resume(gp_pool *pool, const char *name)
     int rc = gp_pool_enter(pool, "gp_tenant_resume", &p);
     if (rc != GP_OK)
         return rc;
-    gp_tenant *t;
+    gp_tenant *t = NULL;
     if ((rc = find(p, name, "gp_tenant_resume", &t)) != GP_OK)
         return rc;
     pthread_mutex_lock(&p->lock);

@@ -229,7 +229,7 @@ GP_API int gp_tenant_set_limits(gp_pool *pool, const char *name, const gp_tenant
         return rc;
     if (limits == NULL)
         return gp_error_set(GP_ERR_INVALID, "gp_tenant_set_limits: limits is NULL");
-    gp_tenant *t;
+    gp_tenant *t = NULL;
     if ((rc = find_tenant(p, name, "gp_tenant_set_limits", &t)) != GP_OK ||
         (rc = check_limits(limits, "gp_tenant_set_limits", name)) != GP_OK)
         return rc;
@@ -249,7 +249,7 @@ GP_API int gp_tenant_push(gp_pool *pool, const char *name)
     int rc = gp_pool_enter(pool, "gp_tenant_push", &p);
     if (rc != GP_OK)
         return rc;
-    gp_tenant *t;
+    gp_tenant *t = NULL;
     if ((rc = find_tenant(p, name, "gp_tenant_push", &t)) != GP_OK)
         return rc;
     if (tenant_depth >= GP_TENANT_STACK_MAX)
@@ -283,7 +283,7 @@ GP_API int gp_tenant_bind_stream(gp_pool *pool, const char *name, gp_stream stre
         return rc;
     unsigned index = GP_MAX_TENANTS;
     if (name != NULL) {
-        gp_tenant *t;
+        gp_tenant *t = NULL;
         if ((rc = find_tenant(p, name, "gp_tenant_bind_stream", &t)) != GP_OK)
             return rc;
         index = t->index;
@@ -355,7 +355,7 @@ GP_API int gp_tenant_get_stats(gp_pool *pool, const char *name, gp_tenant_stats 
         return gp_error_set(GP_ERR_INVALID,
                             "gp_tenant_get_stats: stats must be non-NULL with size %zu and version %d set",
                             sizeof *stats, GP_TENANT_STATS_VERSION);
-    gp_tenant *t;
+    gp_tenant *t = NULL;
     if ((rc = find_tenant(p, name, "gp_tenant_get_stats", &t)) != GP_OK)
         return rc;
     pthread_mutex_lock(&p->lock);
