@@ -65,13 +65,7 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t bytes, bool small,
     seg->serial = p->next_serial++;
     seg->first = b;
     seg->owner = st;
-    seg->prev = p->segments_tail;
-    if (p->segments_tail != NULL)
-        p->segments_tail->next = seg;
-    else
-        p->segments_head = seg;
-    p->segments_tail = seg;
-    p->segment_count++;
+    gp_segment_link(p, seg);
     b->addr = addr;
     b->size = bytes;
     b->segment = seg;

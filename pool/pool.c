@@ -46,6 +46,31 @@ int gp_pool_stream(gp_pool_state *p, gp_stream handle, unsigned tenant, gp_strea
     return rc;
 }
 
+void gp_segment_link(gp_pool_state *p, gp_segment *seg)
+{
+    seg->prev = p->segments_tail;
+    seg->next = NULL;
+    if (p->segments_tail != NULL)
+        p->segments_tail->next = seg;
+    else
+        p->segments_head = seg;
+    p->segments_tail = seg;
+    p->segment_count++;
+}
+
+void gp_segment_unlink(gp_pool_state *p, gp_segment *seg)
+{
+    if (seg->prev != NULL)
+        seg->prev->next = seg->next;
+    else
+        p->segments_head = seg->next;
+    if (seg->next != NULL)
+        seg->next->prev = seg->prev;
+    else
+        p->segments_tail = seg->prev;
+    p->segment_count--;
+}
+
 void gp_lock_all_streams(gp_pool_state *p)
 {
     unsigned count = atomic_load(&p->streams.count);

@@ -88,6 +88,10 @@ int gp_pool_enter(gp_pool *pool, const char *fn, gp_pool_state **out);
 /* The state of (stream, tenant index), adding it (under the pool lock) when the pool has not seen it. */
 int gp_pool_stream(gp_pool_state *p, gp_stream handle, unsigned tenant, gp_stream_state **out);
 
+/* Appends seg to the pool's list of segments (newest last) / takes it out. Pool lock held. */
+void gp_segment_link(gp_pool_state *p, gp_segment *seg);
+void gp_segment_unlink(gp_pool_state *p, gp_segment *seg);
+
 /* Locks / unlocks every stream in index order (caller holds the pool lock). */
 void gp_lock_all_streams(gp_pool_state *p);
 void gp_unlock_all_streams(gp_pool_state *p);

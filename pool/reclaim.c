@@ -89,15 +89,7 @@ static int release_segment_locked(gp_pool_state *p, gp_segment *seg)
         gp_heap_insert(heap, seg->first); /* nothing lost: it stays cached */
         return rc;
     }
-    if (seg->prev != NULL)
-        seg->prev->next = seg->next;
-    else
-        p->segments_head = seg->next;
-    if (seg->next != NULL)
-        seg->next->prev = seg->prev;
-    else
-        p->segments_tail = seg->prev;
-    p->segment_count--;
+    gp_segment_unlink(p, seg);
     atomic_fetch_sub(&p->reserved, seg->size);
     atomic_fetch_add(&p->num_device_frees, 1);
     gp_tenant_charge(owner->tenant, -(int64_t)seg->size);

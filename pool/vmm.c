@@ -339,13 +339,7 @@ static int new_range(gp_pool_state *p, gp_stream_state *st, size_t bytes, bool s
     u->size = want;
     u->segment = seg;
     u->state = GP_BLOCK_UNMAPPED;
-    seg->prev = p->segments_tail;
-    if (p->segments_tail != NULL)
-        p->segments_tail->next = seg;
-    else
-        p->segments_head = seg;
-    p->segments_tail = seg;
-    p->segment_count++;
+    gp_segment_link(p, seg);
     *out = seg;
     return GP_OK;
 }
@@ -445,15 +439,7 @@ static void release_empty_ranges(gp_pool_state *p)
             continue;
         if (p->ops->va_release(p->ctx, seg->addr, seg->size) != GP_OK)
             continue; /* keep it; a later pass tries again */
-        if (seg->prev != NULL)
-            seg->prev->next = seg->next;
-        else
-            p->segments_head = seg->next;
-        if (seg->next != NULL)
-            seg->next->prev = seg->prev;
-        else
-            p->segments_tail = seg->prev;
-        p->segment_count--;
+        gp_segment_unlink(p, seg);
         assert(seg->first->state == GP_BLOCK_UNMAPPED && seg->first->next == NULL);
         free(seg->first);
         free(seg->pages);
