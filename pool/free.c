@@ -199,41 +199,56 @@ int gp_diagnose_pointer(gp_pool_state *p, uintptr_t addr, const char *fn)
     return rc;
 }
 
-/* The free of a block that state `st` (NULL: the stream has no state for this thread's tenant) did not
- * allocate: find its owner among all states. On the same stream (another tenant's state) it is an
- * ordinary free; on another stream its last use is ordered on `stream`. */
+/* Frees addr if `owner` (not locked) holds it live; GP_ERR_NOT_OWNED if not. */
+static int free_from(gp_pool_state *p, gp_stream_state *owner, uintptr_t addr, gp_stream stream,
+                     gp_stream_state *user, size_t *requested)
+{
+    int rc = GP_ERR_NOT_OWNED;
+    pthread_mutex_lock(&owner->lock);
+    gp_block *b = gp_block_map_remove(&owner->live, addr);
+    if (b != NULL) {
+        *requested = b->requested;
+        if (owner->handle == stream && b->use_count == 0) {
+            retire(p, owner, b);
+            gp_block_to_heap(p, owner, b);
+            rc = GP_OK;
+        } else {
+            rc = free_pending(p, owner, b, user);
+            if (rc != GP_OK)
+                gp_block_map_insert(&owner->live, b); /* the slot it left is still there */
+        }
+    }
+    pthread_mutex_unlock(&owner->lock);
+    return rc;
+}
+
+/*
+ * The free of a block that state `st` (NULL: the stream has no state for this thread's tenant) did not
+ * allocate: find its owner among all states, those of the same stream (other tenants: a free from a
+ * thread without the block's tenant, such as PyTorch's autograd thread) first. On the same stream it is
+ * an ordinary free; on another stream its last use is ordered on `stream`. A live block's owner never
+ * changes, so each state is searched under its own lock alone; the pool lock is taken only to say why
+ * a pointer is not live.
+ */
 static int free_slow(gp_pool_state *p, uintptr_t addr, gp_stream stream, gp_stream_state *st, size_t *requested)
 {
-    pthread_mutex_lock(&p->lock);
     unsigned count = atomic_load(&p->streams.count);
     gp_stream_state *user = st;
     for (unsigned i = 0; i < count && user == NULL; i++)
         if (p->streams.by_index[i]->handle == stream)
             user = p->streams.by_index[i];
     int rc = GP_ERR_NOT_OWNED;
-    for (unsigned i = 0; i < count && rc == GP_ERR_NOT_OWNED; i++) {
-        gp_stream_state *owner = p->streams.by_index[i];
-        if (owner == st)
-            continue;
-        pthread_mutex_lock(&owner->lock);
-        gp_block *b = gp_block_map_remove(&owner->live, addr);
-        if (b != NULL) {
-            *requested = b->requested;
-            if (owner->handle == stream && b->use_count == 0) {
-                retire(p, owner, b);
-                gp_block_to_heap(p, owner, b);
-                rc = GP_OK;
-            } else {
-                rc = free_pending(p, owner, b, user);
-                if (rc != GP_OK)
-                    gp_block_map_insert(&owner->live, b); /* the slot it left is still there */
-            }
+    for (int same_stream = 1; same_stream >= 0 && rc == GP_ERR_NOT_OWNED; same_stream--)
+        for (unsigned i = 0; i < count && rc == GP_ERR_NOT_OWNED; i++) {
+            gp_stream_state *owner = p->streams.by_index[i];
+            if (owner != st && (owner->handle == stream) == same_stream)
+                rc = free_from(p, owner, addr, stream, user, requested);
         }
-        pthread_mutex_unlock(&owner->lock);
-    }
-    if (rc == GP_ERR_NOT_OWNED)
+    if (rc == GP_ERR_NOT_OWNED) {
+        pthread_mutex_lock(&p->lock);
         rc = gp_diagnose_pointer(p, addr, "gp_free");
-    pthread_mutex_unlock(&p->lock);
+        pthread_mutex_unlock(&p->lock);
+    }
     return rc;
 }
 
