@@ -3,6 +3,7 @@
  *
  *   sim_memory.c   device memory of "sim": one PROT_NONE host mapping, a bitmap of 2 MiB pages, the
  *                  ledger of live allocations, and the memory effects of simulated kernels (patterns);
+ *   sim_bitmap.c   the first-fit page bitmap both memories allocate pages from (sim_bitmap.h);
  *   sim_vmm.c      device memory of "sim-vmm": physical pages in a memfd, handles, reservations and
  *                  mappings, and the translation of a kernel's addresses to physical memory;
  *   sim_clock.c    streams, events and virtual time: FIFO op queues, the run loop, vector clocks
@@ -26,6 +27,7 @@
 
 #include "backend.h"
 #include "gpupool_sim.h"
+#include "sim_bitmap.h"
 
 #define GPSIM_PAGE_SIZE ((size_t)2 << 20) /* device allocation granule and alignment */
 #define GPSIM_SPAN_FACTOR 4               /* address space mapped per byte of capacity */
@@ -42,7 +44,7 @@ typedef struct gpsim_allocation {
 
 /*
  * Invariants (checked by gpsim_memory_assert_invariants):
- *   allocated_bytes == sum of ledger[i].size == (set bits of page_used) * GPSIM_PAGE_SIZE
+ *   allocated_bytes == sum of ledger[i].size == pages.used * GPSIM_PAGE_SIZE
  *   ledger is sorted by addr, its ranges do not overlap and lie inside [base, base + span)
  *   allocated_bytes <= allocated_peak <= capacity
  */
@@ -50,9 +52,7 @@ typedef struct gpsim_memory {
     unsigned char *base;   /* 2 MiB aligned, PROT_NONE except while a kernel's effect is applied */
     size_t capacity;       /* device memory: device_memory rounded up to 2 MiB */
     size_t span;           /* bytes of address space mapped: capacity * GPSIM_SPAN_FACTOR */
-    size_t page_count;     /* span / GPSIM_PAGE_SIZE */
-    size_t first_free_hint; /* no page below this one is free: first-fit scans start here */
-    uint64_t *page_used;   /* bit p set: page p belongs to a live allocation */
+    gpsim_bitmap pages;    /* span / GPSIM_PAGE_SIZE bits; bit p set: page p is in a live allocation */
     gpsim_allocation *ledger;
     size_t ledger_count, ledger_capacity;
     size_t allocated_bytes, allocated_peak;
@@ -91,14 +91,6 @@ typedef struct gpsim_piece {
     uint64_t offset;
     size_t len;
 } gpsim_piece;
-
-/* A set of 2 MiB pages. */
-typedef struct gpsim_bitmap {
-    uint64_t *words;
-    size_t bits;  /* pages */
-    size_t used;  /* set bits */
-    size_t hint;  /* no clear bit below this one: first-fit scans start here */
-} gpsim_bitmap;
 
 /* Physical memory: `size` bytes in size / GPSIM_PAGE_SIZE memfd pages, not necessarily contiguous
  * (as GPU physical memory, which the MMU stitches). pages[i] backs bytes [i, i+1) * 2 MiB of it. */

@@ -8,9 +8,9 @@
  * The span is GPSIM_SPAN_FACTOR times the capacity, as on a real GPU, where cudaMalloc maps physical
  * pages into a virtual address space far larger than the memory: an allocation fails only when the
  * capacity is used up, not because free memory is scattered (no contiguous range is needed in
- * physical memory). Allocation is first fit over a bitmap of the span's 2 MiB pages. The ledger lists the
- * live allocations sorted by address; frees are checked against it. A free drops the contents
- * (MADV_DONTNEED), so memory read after free-and-reallocate reads zeros, not stale data.
+ * physical memory). Allocation is first fit over a bitmap of the span's 2 MiB pages (sim_bitmap.c).
+ * The ledger lists the live allocations sorted by address; frees are checked against it. A free drops
+ * the contents (MADV_DONTNEED), so memory read after free-and-reallocate reads zeros, not stale data.
  *
  * The kernel effects at the end (patterns, reads) serve "sim-vmm" too, whose memory is sim_vmm.c's.
  *
@@ -64,9 +64,8 @@ int gpsim_memory_map(gpsim_memory *mem, size_t requested_capacity)
     if (tail > 0)
         munmap((void *)(aligned + span), tail);
 
-    size_t page_count = span / GPSIM_PAGE_SIZE;
-    uint64_t *page_used = calloc((page_count + 63) / 64, sizeof *page_used);
-    if (page_used == NULL) {
+    gpsim_bitmap pages;
+    if (!gpsim_bitmap_init(&pages, span / GPSIM_PAGE_SIZE)) {
         munmap((void *)aligned, span);
         return gp_error_set(GP_ERR_BACKEND, "sim: host out of memory for the page bitmap");
     }
@@ -75,8 +74,7 @@ int gpsim_memory_map(gpsim_memory *mem, size_t requested_capacity)
     mem->base = (unsigned char *)aligned;
     mem->capacity = capacity;
     mem->span = span;
-    mem->page_count = page_count;
-    mem->page_used = page_used;
+    mem->pages = pages;
     mem->host_page_size = host_page > 0 ? (size_t)host_page : 4096;
     return GP_OK;
 }
@@ -85,53 +83,9 @@ void gpsim_memory_unmap(gpsim_memory *mem)
 {
     if (mem->base != NULL)
         munmap(mem->base, mem->span);
-    free(mem->page_used);
+    gpsim_bitmap_destroy(&mem->pages);
     free(mem->ledger);
     memset(mem, 0, sizeof *mem);
-}
-
-/* ---- page bitmap ------------------------------------------------------------------------------ */
-
-static bool page_is_used(const gpsim_memory *mem, size_t page)
-{
-    return (mem->page_used[page / 64] >> (page % 64)) & 1u;
-}
-
-static void pages_set(gpsim_memory *mem, size_t first, size_t count, bool used)
-{
-    for (size_t p = first; p < first + count; p++) {
-        assert(page_is_used(mem, p) != used);
-        if (used)
-            mem->page_used[p / 64] |= (uint64_t)1 << (p % 64);
-        else
-            mem->page_used[p / 64] &= ~((uint64_t)1 << (p % 64));
-    }
-}
-
-/* First fit: the lowest run of `count` free pages. */
-static bool pages_find_run(const gpsim_memory *mem, size_t count, size_t *first)
-{
-    size_t run_start = 0, run_len = 0;
-    size_t p = mem->first_free_hint & ~(size_t)63;
-    while (p < mem->page_count) {
-        if (p % 64 == 0 && mem->page_used[p / 64] == UINT64_MAX) { /* skip full words */
-            run_len = 0;
-            p += 64;
-            continue;
-        }
-        if (page_is_used(mem, p)) {
-            run_len = 0;
-        } else {
-            if (run_len == 0)
-                run_start = p;
-            if (++run_len == count) {
-                *first = run_start;
-                return true;
-            }
-        }
-        p++;
-    }
-    return false;
 }
 
 /* ---- ledger ----------------------------------------------------------------------------------- */
@@ -155,7 +109,7 @@ int gpsim_memory_alloc(gpsim_memory *mem, size_t size, gp_devptr *out)
     assert(size > 0 && size % GPSIM_PAGE_SIZE == 0);
     size_t pages = size / GPSIM_PAGE_SIZE;
     size_t first = 0;
-    if (size > mem->capacity - mem->allocated_bytes || !pages_find_run(mem, pages, &first)) {
+    if (size > mem->capacity - mem->allocated_bytes || !gpsim_bitmap_find_run(&mem->pages, pages, &first)) {
         char want[GP_SIZE_TEXT_MAX], avail[GP_SIZE_TEXT_MAX], total[GP_SIZE_TEXT_MAX];
         size_t free_bytes = mem->capacity - mem->allocated_bytes;
         return gp_error_set(GP_ERR_OOM, "sim: out of device memory: requested %s, %s free of %s%s",
@@ -177,9 +131,7 @@ int gpsim_memory_alloc(gpsim_memory *mem, size_t size, gp_devptr *out)
     memmove(&mem->ledger[slot + 1], &mem->ledger[slot], (mem->ledger_count - slot) * sizeof mem->ledger[0]);
     mem->ledger[slot] = (gpsim_allocation){.addr = addr, .size = size};
     mem->ledger_count++;
-    pages_set(mem, first, pages, true);
-    if (first <= mem->first_free_hint)
-        mem->first_free_hint = first + pages;
+    gpsim_bitmap_set_run(&mem->pages, first, pages);
     mem->allocated_bytes += size;
     if (mem->allocated_bytes > mem->allocated_peak)
         mem->allocated_peak = mem->allocated_bytes;
@@ -203,9 +155,7 @@ void gpsim_memory_free(gpsim_memory *mem, gp_devptr addr, size_t size)
         abort();
     }
     size_t first_page = (size_t)((unsigned char *)addr - mem->base) / GPSIM_PAGE_SIZE;
-    pages_set(mem, first_page, size / GPSIM_PAGE_SIZE, false);
-    if (first_page < mem->first_free_hint)
-        mem->first_free_hint = first_page;
+    gpsim_bitmap_clear_run(&mem->pages, first_page, size / GPSIM_PAGE_SIZE);
     memmove(&mem->ledger[i], &mem->ledger[i + 1], (mem->ledger_count - i - 1) * sizeof mem->ledger[0]);
     mem->ledger_count--;
     mem->allocated_bytes -= size;
@@ -232,11 +182,9 @@ void gpsim_memory_assert_invariants(const gpsim_memory *mem)
         assert(i == 0 || mem->ledger[i - 1].addr + mem->ledger[i - 1].size <= a->addr);
         ledger_bytes += a->size;
     }
-    size_t used_pages = 0;
-    for (size_t w = 0; w < (mem->page_count + 63) / 64; w++)
-        used_pages += (size_t)__builtin_popcountll(mem->page_used[w]);
+    gpsim_bitmap_assert_invariants(&mem->pages);
     assert(ledger_bytes == mem->allocated_bytes);
-    assert(used_pages * GPSIM_PAGE_SIZE == mem->allocated_bytes);
+    assert(mem->pages.used * GPSIM_PAGE_SIZE == mem->allocated_bytes);
     assert(mem->allocated_bytes <= mem->allocated_peak && mem->allocated_peak <= mem->capacity);
 #else
     (void)mem;

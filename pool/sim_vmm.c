@@ -6,7 +6,8 @@
  * 2 MiB pages. A physical handle (phys_create) takes the lowest free pages, not necessarily
  * contiguous — as on a GPU, where the MMU stitches pages, a handle never fails for fragmentation,
  * only when fewer pages than it needs are free. Releasing a handle punches its pages out of the
- * memfd (fallocate PUNCH_HOLE), so its contents are gone.
+ * memfd (fallocate PUNCH_HOLE), so its contents are gone. Both page sets, physical and virtual, are
+ * sim_bitmap.c's first-fit bitmaps.
  *
  * Virtual addresses come from one PROT_NONE, MAP_NORESERVE anonymous region of 4 * capacity + 64 GiB,
  * 2 MiB aligned; a reservation is a first-fit run of its pages. map() puts the handle's pages at the
@@ -56,90 +57,6 @@ static void fatal(const char *what, gp_devptr va, size_t size)
 {
     fprintf(stderr, "gpupool sim: %s at 0x%" PRIxPTR " (+%zu) failed: %s\n", what, va, size, strerror(errno));
     abort();
-}
-
-/* ---- page bitmaps ----------------------------------------------------------------------------- */
-
-static bool bitmap_init(gpsim_bitmap *b, size_t bits)
-{
-    b->words = calloc((bits + 63) / 64, sizeof *b->words);
-    b->bits = bits;
-    b->used = 0;
-    b->hint = 0;
-    return b->words != NULL;
-}
-
-static bool bit_get(const gpsim_bitmap *b, size_t i)
-{
-    return (b->words[i / 64] >> (i % 64)) & 1u;
-}
-
-static void bit_put(gpsim_bitmap *b, size_t i, bool used)
-{
-    assert(bit_get(b, i) != used);
-    if (used) {
-        b->words[i / 64] |= (uint64_t)1 << (i % 64);
-        b->used++;
-    } else {
-        b->words[i / 64] &= ~((uint64_t)1 << (i % 64));
-        b->used--;
-        if (i < b->hint)
-            b->hint = i;
-    }
-}
-
-/* First fit: the lowest run of `count` clear bits. */
-static bool bitmap_find_run(const gpsim_bitmap *b, size_t count, size_t *first)
-{
-    size_t run_start = 0, run_len = 0;
-    size_t i = b->hint & ~(size_t)63;
-    while (i < b->bits) {
-        if (i % 64 == 0 && b->words[i / 64] == UINT64_MAX) { /* skip full words */
-            run_len = 0;
-            i += 64;
-            continue;
-        }
-        if (bit_get(b, i)) {
-            run_len = 0;
-        } else {
-            if (run_len == 0)
-                run_start = i;
-            if (++run_len == count) {
-                *first = run_start;
-                return true;
-            }
-        }
-        i++;
-    }
-    return false;
-}
-
-/* pre: [first, first+count) clear. */
-static void bitmap_set_run(gpsim_bitmap *b, size_t first, size_t count)
-{
-    for (size_t i = first; i < first + count; i++)
-        bit_put(b, i, true);
-    if (first <= b->hint)
-        b->hint = first + count; /* first fit: every bit below `first` was already set */
-}
-
-/* The lowest `count` clear bits, set and written to out[]. pre: bits - used >= count. */
-static void bitmap_take(gpsim_bitmap *b, size_t count, size_t *out)
-{
-    assert(b->bits - b->used >= count);
-    size_t taken = 0;
-    for (size_t i = b->hint; taken < count; i++) {
-        assert(i < b->bits);
-        if (i % 64 == 0 && b->words[i / 64] == UINT64_MAX) {
-            i += 63;
-            continue;
-        }
-        if (!bit_get(b, i)) {
-            bit_put(b, i, true);
-            out[taken++] = i;
-        }
-    }
-    b->hint = out[count - 1] + 1; /* everything below the last one taken is set */
 }
 
 /* ---- range lists ------------------------------------------------------------------------------ */
@@ -271,7 +188,7 @@ static int handle_new(gpsim_vmm *vmm, size_t size, gpsim_phys_handle **out)
         free(pages);
         return host_oom("a physical handle");
     }
-    bitmap_take(&vmm->phys, size / GPSIM_PAGE_SIZE, pages);
+    gpsim_bitmap_take(&vmm->phys, size / GPSIM_PAGE_SIZE, pages);
     h->size = size;
     h->pages = pages;
     vmm->allocated_bytes += size;
@@ -297,7 +214,7 @@ static void handle_delete(gpsim_vmm *vmm, gpsim_phys_handle *h)
         i += run;
     }
     for (size_t i = 0; i < pages; i++)
-        bit_put(&vmm->phys, h->pages[i], false);
+        gpsim_bitmap_clear_run(&vmm->phys, h->pages[i], 1);
     vmm->allocated_bytes -= h->size;
     free(h->pages);
     free(h);
@@ -371,7 +288,8 @@ int gpsim_vmm_open(gpsim_vmm *vmm, size_t requested_capacity)
     vmm->va_span = span;
     long host_page = sysconf(_SC_PAGESIZE);
     vmm->host_page_size = host_page > 0 ? (size_t)host_page : 4096;
-    if (!bitmap_init(&vmm->phys, capacity / GPSIM_PAGE_SIZE) || !bitmap_init(&vmm->va, span / GPSIM_PAGE_SIZE)) {
+    if (!gpsim_bitmap_init(&vmm->phys, capacity / GPSIM_PAGE_SIZE) ||
+        !gpsim_bitmap_init(&vmm->va, span / GPSIM_PAGE_SIZE)) {
         gpsim_vmm_close(vmm);
         return gp_error_set(GP_ERR_BACKEND, "sim-vmm: host out of memory for the page bitmaps");
     }
@@ -392,8 +310,8 @@ void gpsim_vmm_close(gpsim_vmm *vmm)
     free(vmm->reservations.items);
     free(vmm->mappings.items);
     free(vmm->allocations.items);
-    free(vmm->phys.words);
-    free(vmm->va.words);
+    gpsim_bitmap_destroy(&vmm->phys);
+    gpsim_bitmap_destroy(&vmm->va);
     if (vmm->va_base != NULL)
         munmap(vmm->va_base, vmm->va_span);
     if (vmm->memfd >= 0)
@@ -454,7 +372,7 @@ bool gpsim_vmm_is_allocation(const gpsim_vmm *vmm, gp_devptr va, size_t size)
 static int va_take(gpsim_vmm *vmm, size_t size, gp_devptr *out)
 {
     size_t first = 0;
-    if (size > vmm->va_span || !bitmap_find_run(&vmm->va, size / GPSIM_PAGE_SIZE, &first)) {
+    if (size > vmm->va_span || !gpsim_bitmap_find_run(&vmm->va, size / GPSIM_PAGE_SIZE, &first)) {
         char want[GP_SIZE_TEXT_MAX], used[GP_SIZE_TEXT_MAX], span[GP_SIZE_TEXT_MAX];
         return gp_error_set(GP_ERR_OOM,
                             "sim: out of virtual address space: cannot reserve %s (%s of %s reserved or "
@@ -463,7 +381,7 @@ static int va_take(gpsim_vmm *vmm, size_t size, gp_devptr *out)
                             gp_format_size(vmm->va_span, span),
                             (vmm->va.bits - vmm->va.used) * GPSIM_PAGE_SIZE >= size ? ", no contiguous range" : "");
     }
-    bitmap_set_run(&vmm->va, first, size / GPSIM_PAGE_SIZE);
+    gpsim_bitmap_set_run(&vmm->va, first, size / GPSIM_PAGE_SIZE);
     *out = (gp_devptr)(vmm->va_base + first * GPSIM_PAGE_SIZE);
     return GP_OK;
 }
@@ -471,8 +389,7 @@ static int va_take(gpsim_vmm *vmm, size_t size, gp_devptr *out)
 static void va_give_back(gpsim_vmm *vmm, gp_devptr va, size_t size)
 {
     size_t first = (size_t)(va - (gp_devptr)vmm->va_base) / GPSIM_PAGE_SIZE;
-    for (size_t p = first; p < first + size / GPSIM_PAGE_SIZE; p++)
-        bit_put(&vmm->va, p, false);
+    gpsim_bitmap_clear_run(&vmm->va, first, size / GPSIM_PAGE_SIZE);
 }
 
 int gpsim_vmm_va_reserve(gpsim_vmm *vmm, size_t size, gp_devptr *out)
@@ -739,6 +656,8 @@ void gpsim_vmm_assert_invariants(const gpsim_vmm *vmm)
         assert(i == 0 || vmm->mappings.items[i - 1].va + vmm->mappings.items[i - 1].size <= m->va);
         mapped += m->size;
     }
+    gpsim_bitmap_assert_invariants(&vmm->phys);
+    gpsim_bitmap_assert_invariants(&vmm->va);
     assert(vmm->allocated_bytes == vmm->phys.used * GPSIM_PAGE_SIZE);
     assert(vmm->allocated_bytes == handle_bytes + allocation_bytes);
     assert(vmm->allocated_bytes <= vmm->allocated_peak && vmm->allocated_peak <= vmm->capacity);
