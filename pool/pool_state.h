@@ -222,6 +222,7 @@ int gp_tenant_snapshot_all(gp_pool_state *p, gp_tenant_stats *out, unsigned capa
 int gp_staging_alloc(gp_pool_state *p, size_t size, void **out);
 void gp_staging_free(gp_pool_state *p, void *mem, size_t size);
 void gp_staging_destroy(gp_pool_state *p);
+/* "jemalloc" (an arena over host_alloc) or "host_alloc" (jemalloc could not be opened: one per buffer). */
 const char *gp_staging_kind(gp_pool_state *p);
 
 /* ---- maintain.c ---- */

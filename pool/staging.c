@@ -155,5 +155,5 @@ const char *gp_staging_kind(gp_pool_state *p)
 {
     (void)p;
     pthread_once(&je.once, open_jemalloc);
-    return je.ok ? "jemalloc arena over host_alloc" : "host_alloc per buffer (jemalloc could not be opened)";
+    return je.ok ? "jemalloc" : "host_alloc";
 }

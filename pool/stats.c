@@ -125,7 +125,8 @@ GP_API int gp_stats_json(gp_pool *pool, char *buf, size_t len, size_t *needed)
     gp_stats s = {.size = sizeof s, .version = GP_STATS_VERSION};
     snapshot(p, &s);
     text_buffer t = {buf, len, 0};
-    put(&t, "{\"version\":%u,\"backend\":\"%s\",\"device\":%d", GP_STATS_VERSION, p->cfg.backend, p->device);
+    put(&t, "{\"version\":%u,\"backend\":\"%s\",\"device\":%d,\"staging\":\"%s\"", GP_STATS_VERSION,
+        p->cfg.backend, p->device, gp_staging_kind(p));
 #define JSON_FIELD(name) put(&t, ",\"" #name "\":%llu", (unsigned long long)s.name);
     GP_STATS_FIELDS(JSON_FIELD)
 #undef JSON_FIELD
