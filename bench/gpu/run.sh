@@ -11,9 +11,9 @@
 # results.json, torch_snapshot_train_tf.pickle.gz, gpupool_trace_train_tf.csv.gz, replay.json.
 # Builds go to build-gpu/ (tests, assertions on) and build-gpu-rel/ (Release, for the benchmark).
 #
-# Works with what the machine has: no network is needed. Without Criterion the Criterion suites are
-# not built (the plain-program suites are built by hand); without jemalloc (used only by the
-# benchmarks under bench/, which are off here) a stub satisfies CMake's check. Environment:
+# Works with what the machine has: no network is needed. Without Criterion only the plain-program
+# suites are built (GPUPOOL_CRITERION=OFF); jemalloc is needed only by bench/, which is off here.
+# Environment:
 #   GPUPOOL_GPU_DEADLINE  seconds the whole script may take (default 570)
 #   PYTHON                the interpreter with PyTorch (default python3)
 #   CUDA_HOME             the CUDA Toolkit (default: from nvcc on PATH, else /usr/local/cuda)
@@ -41,7 +41,6 @@ PY="${PYTHON:-python3}"
 JOBS="$(nproc 2>/dev/null || echo 4)"
 BUILD="$ROOT/build-gpu"
 BUILD_REL="$ROOT/build-gpu-rel"
-STUB="$ROOT/build-gpu-stub"
 
 declare -a S_NAME S_STATUS S_TIME S_NOTE
 step_start=0
@@ -76,21 +75,13 @@ record "machine" "ok" "${gpu:-no GPU}; torch $torch_info"
 have_header() { echo "#include <$1>" | cc -E -x c - >/dev/null 2>&1; }
 cmake_args=(-DGPUPOOL_WITH_CUDA=ON -DGPUPOOL_BUILD_BENCH=OFF "-DCUDAToolkit_ROOT=$CUDA_HOME")
 criterion=1
-# GPUPOOL_GPU_NO_CRITERION=1 / GPUPOOL_GPU_NO_JEMALLOC=1 take the paths of a machine without them.
+# GPUPOOL_GPU_NO_CRITERION=1 takes the path of a machine without Criterion: the plain-program suites
+# only (CMake option GPUPOOL_CRITERION=OFF). jemalloc is needed only by bench/, which is off here.
 if [ -n "${GPUPOOL_GPU_NO_CRITERION:-}" ] || ! have_header criterion/criterion.h; then
     criterion=0
-    cmake_args+=(-DGPUPOOL_BUILD_TESTS=OFF)
+    cmake_args+=(-DGPUPOOL_CRITERION=OFF)
 fi
 jemalloc_note=""
-if [ -n "${GPUPOOL_GPU_NO_JEMALLOC:-}" ] || ! have_header jemalloc/jemalloc.h; then
-    # CMakeLists.txt requires jemalloc, which only the benchmarks under bench/ use (off here) and the
-    # library does not link: an empty stub passes the check.
-    mkdir -p "$STUB/include/jemalloc"
-    echo "/* stub: bench/gpu/run.sh */" >"$STUB/include/jemalloc/jemalloc.h"
-    ar rc "$STUB/libjemalloc.a" 2>/dev/null || : >"$STUB/libjemalloc.a"
-    cmake_args+=("-DJemalloc_INCLUDE_DIR=$STUB/include" "-DJemalloc_LIBRARY=$STUB/libjemalloc.a")
-    jemalloc_note="; jemalloc stubbed"
-fi
 
 begin "build (tests, assertions on)"
 mkdir -p "$BUILD" "$BUILD_REL"
@@ -119,29 +110,14 @@ fi
 # ---- C tests ----------------------------------------------------------------------------------------
 if [ "$built" = 1 ]; then
     begin "C tests"
-    if [ "$criterion" = 1 ]; then
-        # every suite (the simulated GPU, and the vmm backend's round trip on this GPU); Python's below
-        ctest --test-dir "$BUILD" -j "$JOBS" --timeout 240 -E '^python_' --output-on-failure >"$BUILD/ctest.log" 2>&1
-        rc=$?
-        tail -25 "$BUILD/ctest.log"
-        summary="$(grep -E 'tests passed|tests failed' "$BUILD/ctest.log" | tail -1)"
-        record "C tests (ctest)" "$([ $rc = 0 ] && echo ok || echo FAILED)" "$summary"
-    else
-        pass=0; fail=0; names=""
-        for src in tests/*/test_*.c; do
-            grep -q 'criterion/' "$src" && continue
-            dir="$(basename "$(dirname "$src")")"; stem="$(basename "$src" .c)"; exe="$BUILD/${dir}_${stem#test_}"
-            if cc -std=c11 -O2 -D_POSIX_C_SOURCE=200809L -DGPUPOOL_WITH_CUDA -Iinclude -Ipool "$src" \
-                    "$BUILD/libgpupool.a" -L"$CUDA_LIB" -lcudart_static -ldl -lrt -lpthread -lm -o "$exe" \
-                && timeout 240 "$exe"; then
-                pass=$((pass + 1))
-            else
-                fail=$((fail + 1)); names="$names ${dir}_${stem#test_}"
-            fi
-        done
-        record "C tests (plain programs)" "$([ $fail = 0 ] && echo ok || echo FAILED)" \
-            "$pass passed, $fail failed${names:+:$names}; Criterion suites not built (no Criterion here)"
-    fi
+    # every suite built here (the simulated GPU, and the vmm backend's round trip on this GPU; without
+    # Criterion the plain-program suites only); Python's below
+    ctest --test-dir "$BUILD" -j "$JOBS" --timeout 240 -E '^python_' --output-on-failure >"$BUILD/ctest.log" 2>&1
+    rc=$?
+    tail -25 "$BUILD/ctest.log"
+    summary="$(grep -E 'tests passed|tests failed' "$BUILD/ctest.log" | tail -1)"
+    [ "$criterion" = 1 ] || summary="$summary; Criterion suites not built (no Criterion here)"
+    record "C tests (ctest)" "$([ $rc = 0 ] && echo ok || echo FAILED)" "$summary"
 
     begin "smoke: cuda and vmm backends on this GPU"
     if cc -std=c11 -O2 -D_POSIX_C_SOURCE=200809L -Iinclude -I"$CUDA_HOME/include" bench/gpu/gpu_smoke.c \
