@@ -93,6 +93,7 @@ static gp_block *adopt_and_take(gp_pool_state *p, gp_stream_state *st, gp_segmen
         gp_heap_insert(heap, seg->first);
     }
     gp_pending_collect(p, st, 0);
+    gp_heap_quick_flush(heap, &st->blocks); /* small freed blocks may coalesce into what fits */
     gp_block *b = NULL;
     if (gp_block_map_reserve(&st->live))
         b = gp_heap_take(heap, &st->blocks, rsize);
@@ -251,7 +252,7 @@ GP_API int gp_alloc(gp_pool *pool, void **out, size_t size, gp_stream stream)
                             size, stream, gp_format_size(p->device_total, total));
     }
     gp_stream_state *st;
-    rc = gp_pool_stream(p, stream, gp_tenant_resolve(p, stream), &st);
+    rc = gp_pool_current_state(p, stream, true, &st);
     if (rc != GP_OK)
         return rc;
     bool small = rsize <= p->cfg.small_size;
@@ -268,8 +269,12 @@ GP_API int gp_alloc(gp_pool *pool, void **out, size_t size, gp_stream stream)
     if (atomic_load_explicit(&st->pending_count, memory_order_relaxed) != 0)
         gp_pending_collect(p, st, p->cfg.pending_scan);
     gp_block *b = NULL;
-    if (gp_block_map_reserve(&st->live))
-        b = gp_heap_take(gp_heap_of(st, small), &st->blocks, rsize);
+    if (gp_block_map_reserve(&st->live)) {
+        gp_heap *heap = gp_heap_of(st, small);
+        b = gp_heap_quick_take(heap, rsize); /* a small size freed before: no split */
+        if (b == NULL)
+            b = gp_heap_take(heap, &st->blocks, rsize);
+    }
     if (b != NULL) {
         hand_out(p, st, b, size);
         *out = (void *)b->addr;

@@ -61,9 +61,14 @@ static bool reserve_use(gp_block *b)
 void gp_block_to_heap(gp_pool_state *p, gp_stream_state *owner, gp_block *b)
 {
     assert(b->segment->owner == owner);
-    gp_block *merged = gp_heap_release(gp_heap_of(owner, b->segment->small), &owner->blocks, b);
-    merged->free_since = atomic_load_explicit(&p->coarse_now, memory_order_relaxed);
+    uint64_t now = atomic_load_explicit(&p->coarse_now, memory_order_relaxed);
+    gp_heap *heap = gp_heap_of(owner, b->segment->small);
     owner->fence_dirty = true;
+    b->free_since = now;
+    if (gp_heap_quick_put(heap, b))
+        return;
+    gp_block *merged = gp_heap_release(heap, &owner->blocks, b);
+    merged->free_since = now;
 }
 
 /* Accounts for a LIVE block that stops being live. */
@@ -194,7 +199,7 @@ int gp_diagnose_pointer(gp_pool_state *p, uintptr_t addr, const char *fn)
                           fn, (void *)addr);
     else /* freed blocks coalesce, so a stale pointer may lie anywhere in a free one */
         rc = gp_error_set(GP_ERR_DOUBLE_FREE, "%s: %p lies in a %s block (at %p, %s): double free", fn, (void *)addr,
-                          b->state == GP_BLOCK_FREE ? "free" : "freed (pending)", (void *)b->addr, size);
+                          b->state == GP_BLOCK_PENDING ? "freed (pending)" : "free", (void *)b->addr, size);
     pthread_mutex_unlock(&owner->lock);
     return rc;
 }
@@ -258,7 +263,8 @@ GP_API int gp_free(gp_pool *pool, void *ptr, gp_stream stream)
     int rc = gp_pool_enter(pool, "gp_free", &p);
     if (rc != GP_OK || ptr == NULL)
         return rc;
-    gp_stream_state *st = gp_stream_find(&p->streams, stream, p->tenants.tenants[gp_tenant_resolve(p, stream)]);
+    gp_stream_state *st = NULL;
+    gp_pool_current_state(p, stream, false, &st);
     if (st == NULL && !gp_stream_seen(&p->streams, stream))
         return gp_error_set(GP_ERR_UNKNOWN_STREAM,
                             "gp_free(%p): stream %p was never used with this pool (allocate or record_stream on it first)",

@@ -141,6 +141,36 @@ gp_block *gp_heap_take(gp_heap *heap, gp_block_cache *cache, size_t size)
     return b;
 }
 
+bool gp_heap_quick_put(gp_heap *heap, gp_block *b)
+{
+    size_t g = b->size / GP_GRANULE;
+    if (g >= GP_QUICK_CLASSES || heap->quick_count[g] >= GP_QUICK_MAX)
+        return false;
+    b->state = GP_BLOCK_QUICK;
+    b->requested = 0;
+    b->use_count = 0;
+    b->list_prev = NULL;
+    b->list_next = heap->quick[g];
+    heap->quick[g] = b;
+    heap->quick_count[g]++;
+    heap->quick_blocks++;
+    heap->free_bytes += b->size;
+    return true;
+}
+
+void gp_heap_quick_flush(gp_heap *heap, gp_block_cache *cache)
+{
+    if (heap->quick_blocks == 0)
+        return;
+    for (unsigned g = 1; g < GP_QUICK_CLASSES; g++) {
+        while (heap->quick[g] != NULL) {
+            gp_block *b = gp_heap_quick_take(heap, g * GP_GRANULE);
+            gp_heap_release(heap, cache, b);
+        }
+    }
+    assert(heap->quick_blocks == 0);
+}
+
 /* Merges `right` (FREE, off the lists) into `left`, which it follows, and recycles it. */
 static void absorb(gp_block_cache *cache, gp_block *left, gp_block *right)
 {

@@ -46,6 +46,36 @@ int gp_pool_stream(gp_pool_state *p, gp_stream handle, unsigned tenant, gp_strea
     return rc;
 }
 
+static atomic_uint_fast64_t next_pool_serial = 1;
+
+static _Thread_local struct state_cache {
+    uint64_t pool_serial, tenant_generation, bind_epoch;
+    gp_stream stream;
+    gp_stream_state *st;
+} state_cache;
+
+int gp_pool_current_state(gp_pool_state *p, gp_stream stream, bool add, gp_stream_state **out)
+{
+    uint64_t epoch = atomic_load_explicit(&p->tenants.bind_epoch, memory_order_acquire);
+    struct state_cache *c = &state_cache;
+    if (c->st != NULL && c->pool_serial == p->serial && c->stream == stream &&
+        c->tenant_generation == gp_tenant_thread_generation && c->bind_epoch == epoch) {
+        *out = c->st;
+        return GP_OK;
+    }
+    unsigned tenant = gp_tenant_resolve(p, stream);
+    gp_stream_state *st = NULL;
+    int rc = GP_OK;
+    if (add)
+        rc = gp_pool_stream(p, stream, tenant, &st);
+    else
+        st = gp_stream_find(&p->streams, stream, p->tenants.tenants[tenant]);
+    if (rc == GP_OK && st != NULL)
+        *c = (struct state_cache){p->serial, gp_tenant_thread_generation, epoch, stream, st};
+    *out = st;
+    return rc;
+}
+
 void gp_segment_link(gp_pool_state *p, gp_segment *seg)
 {
     seg->prev = p->segments_tail;
@@ -118,6 +148,7 @@ GP_API int gp_pool_create(gp_pool **out, int device, const char *backend, const 
         free(p);
         return gp_error_set(GP_ERR_INVALID, "gp_pool_create: out of host memory");
     }
+    p->serial = atomic_fetch_add(&next_pool_serial, 1);
     p->device = device;
     p->cfg = cfg;
     p->ops = ops;
@@ -347,7 +378,7 @@ GP_API int gp_check(gp_pool *pool)
                 live_blocks++;
                 CHECK(gp_block_map_find(&seg->owner->live, b->addr) == b, "live block %p is missing from its stream's map",
                       (void *)b->addr);
-            } else if (b->state == GP_BLOCK_FREE) {
+            } else if (b->state == GP_BLOCK_FREE || b->state == GP_BLOCK_QUICK) {
                 free_bytes += b->size;
             } else if (b->state == GP_BLOCK_PENDING) {
                 pending += b->size;

@@ -35,6 +35,7 @@
 #define GP_POOL_MAGIC_DEAD 0x6770706f6f6c4444ull /* "gppoolDD" */
 
 typedef struct gp_pool_state {
+    uint64_t serial; /* unique per pool in this process (per-thread caches compare it) */
     int device;
     gp_config cfg;
     const gp_backend_ops *ops;
@@ -84,6 +85,14 @@ struct gp_pool {
 
 /* Validates a handle; on success *out is its state. `fn` names the API call in messages. */
 int gp_pool_enter(gp_pool *pool, const char *fn, gp_pool_state **out);
+
+/*
+ * The calling thread's state for `stream`: its tenant resolved (gp_tenant_resolve), added when `add`
+ * and the pool has not seen the pair (else *out may be NULL). A one-entry per-thread cache keyed by the
+ * pool's serial, the stream, the thread's tenant generation and the pool's bind epoch answers repeated
+ * calls without the two hash lookups.
+ */
+int gp_pool_current_state(gp_pool_state *p, gp_stream stream, bool add, gp_stream_state **out);
 
 /* The state of (stream, tenant index), adding it (under the pool lock) when the pool has not seen it. */
 int gp_pool_stream(gp_pool_state *p, gp_stream handle, unsigned tenant, gp_stream_state **out);
@@ -180,7 +189,8 @@ size_t gp_release_free_segments(gp_pool_state *p, size_t want, size_t keep, int 
 /* Gives one wholly free device-allocation segment back (GP_ERR_INVALID if it is not wholly free). Pool
  * lock held, no stream lock. */
 int gp_release_segment(gp_pool_state *p, gp_segment *seg);
-/* Returns every stream's completed pending blocks to its heap. Pool lock held, no stream lock. */
+/* Returns every stream's completed pending blocks and quick-listed blocks to its free lists
+ * (coalescing), so that wholly free segments and pages show. Pool lock held, no stream lock. */
 void gp_collect_all_pending(gp_pool_state *p);
 /*
  * The most device memory the pool means to hold once it serves a request of `rsize`:

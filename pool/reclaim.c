@@ -156,10 +156,10 @@ void gp_collect_all_pending(gp_pool_state *p)
     unsigned count = atomic_load(&p->streams.count);
     for (unsigned i = 0; i < count; i++) {
         gp_stream_state *st = p->streams.by_index[i];
-        if (atomic_load_explicit(&st->pending_count, memory_order_relaxed) == 0)
-            continue;
         pthread_mutex_lock(&st->lock);
         gp_pending_collect(p, st, 0);
+        gp_heap_quick_flush(&st->small, &st->blocks);
+        gp_heap_quick_flush(&st->large, &st->blocks);
         pthread_mutex_unlock(&st->lock);
     }
 }

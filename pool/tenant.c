@@ -20,6 +20,7 @@ typedef struct tenant_frame {
 
 static _Thread_local tenant_frame tenant_stack[GP_TENANT_STACK_MAX];
 static _Thread_local unsigned tenant_depth;
+_Thread_local uint64_t gp_tenant_thread_generation;
 
 static unsigned binding_slot(gp_stream handle, unsigned capacity)
 {
@@ -46,6 +47,7 @@ int gp_tenant_registry_init(gp_tenant_registry *reg, unsigned max_streams)
     strcpy(fallback->name, "default");
     reg->tenants[0] = fallback;
     atomic_init(&reg->count, 1);
+    atomic_init(&reg->bind_epoch, 0);
     return GP_OK;
 }
 
@@ -256,6 +258,7 @@ GP_API int gp_tenant_push(gp_pool *pool, const char *name)
         return gp_error_set(GP_ERR_INVALID, "gp_tenant_push: tenants nest at most %d deep in one thread",
                             GP_TENANT_STACK_MAX);
     tenant_stack[tenant_depth++] = (tenant_frame){p, t->index};
+    gp_tenant_thread_generation++;
     return GP_OK;
 }
 
@@ -270,6 +273,7 @@ GP_API int gp_tenant_pop(gp_pool *pool)
             continue;
         memmove(&tenant_stack[i], &tenant_stack[i + 1], (tenant_depth - i - 1) * sizeof tenant_stack[0]);
         tenant_depth--;
+        gp_tenant_thread_generation++;
         return GP_OK;
     }
     return gp_error_set(GP_ERR_INVALID, "gp_tenant_pop: this thread has no current tenant of this pool");
@@ -310,6 +314,7 @@ GP_API int gp_tenant_bind_stream(gp_pool *pool, const char *name, gp_stream stre
     } else if (b != NULL) {
         atomic_store(&b->tenant, index);
     }
+    atomic_fetch_add(&reg->bind_epoch, 1);
     pthread_mutex_unlock(&p->lock);
     return GP_OK;
 }

@@ -47,6 +47,7 @@ typedef struct gp_tenant_registry {
     atomic_uint count;
     _Atomic(gp_binding *) *bindings; /* open addressing by stream handle; written under the pool lock */
     unsigned binding_capacity;
+    atomic_uint_fast64_t bind_epoch; /* bumped by every bind or unbind (state caches compare it) */
 } gp_tenant_registry;
 
 struct gp_pool_state;
@@ -57,6 +58,9 @@ void gp_tenant_registry_free(gp_tenant_registry *reg);
 /* The tenant of an allocation on `stream` by the calling thread: its current tenant of this pool, else
  * the stream's binding, else 0 ("default"). Lock-free. */
 unsigned gp_tenant_resolve(struct gp_pool_state *p, gp_stream stream);
+
+/* Bumped by every push and pop of the calling thread (state caches compare it). */
+extern _Thread_local uint64_t gp_tenant_thread_generation;
 
 /* Adds `bytes` (may be negative) to t's held bytes and raises its peak. */
 void gp_tenant_charge(gp_tenant *t, int64_t bytes);

@@ -398,6 +398,7 @@ int gp_vmm_grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
         size_t after = atomic_load(&p->reserved) + (pages - p->pooled_count) * p->page;
         if (cap != SIZE_MAX && after > cap) {
             int urc = GP_OK;
+            gp_collect_all_pending(p); /* quick-listed blocks hide whole free pages */
             size_t want = div_up(after - cap, p->page);
             if (want > pages - p->pooled_count)
                 want = pages - p->pooled_count;
@@ -417,6 +418,7 @@ int gp_vmm_grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
     if (rc == GP_ERR_OOM) {
         /* The device is full: every free page anywhere may serve, then try the rest again. */
         int urc = GP_OK;
+        gp_collect_all_pending(p);
         unmap_free_pages(p, pages - done, NULL, UINT64_MAX, false, &urc, NULL, st->tenant);
         pthread_mutex_lock(&st->lock);
         spot = growth_spot(p, st, rsize, small, &pages);
