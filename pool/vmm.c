@@ -540,12 +540,16 @@ size_t gp_vmm_destroy(gp_pool_state *p, int *failed)
 
 const char *gp_vmm_check_segment(gp_pool_state *p, gp_segment *seg)
 {
-    if (seg->paused) {
+    if (seg->paused) { /* mapped: the pages outside UNMAPPED blocks that have a handle again */
         size_t mapped = 0;
-        for (size_t i = 0; i < seg->size / p->page; i++)
-            mapped += seg->pages[i] != GP_PHYS_NONE && seg->pages[i] != 0 ? p->page : 0;
-        (void)mapped; /* pages of UNMAPPED blocks hold stale values; mapped_bytes is checked by the pool totals */
-        return NULL;
+        const gp_block *b = seg->first;
+        for (uintptr_t va = seg->addr; va < seg->addr + seg->size; va += p->page) {
+            while (b->addr + b->size <= va)
+                b = b->next;
+            if (b->state != GP_BLOCK_UNMAPPED && seg->pages[page_index(p, seg, va)] != GP_PHYS_NONE)
+                mapped += p->page;
+        }
+        return mapped == seg->mapped_bytes ? NULL : "a paused range's mapped_bytes disagrees with its pages";
     }
     size_t unmapped = 0;
     for (gp_block *b = seg->first; b != NULL; b = b->next) {
