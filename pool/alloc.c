@@ -1,6 +1,8 @@
 /*
- * alloc.c — gp_alloc: the fast path (own stream's heap, one lock, no device call) and the slow path
- * (pool lock: pending frees, other streams' free segments, a new device segment, release and retry).
+ * alloc.c — gp_alloc: the fast path (the caller's (stream, tenant) heap: a quick list or the free
+ * lists, one lock, no device call) and the slow path (pool lock: maintenance, pending frees, tenant
+ * admission, other streams' free segments, a new device segment — or pages, vmm.c — release and
+ * retry).
  */
 #include <assert.h>
 #include <stdlib.h>
