@@ -294,14 +294,23 @@ static int sim_event_create(void *ctx, gp_event *out)
     return rc;
 }
 
+/* Counts an event call (and injects its fault) and finds the event; GP_ERR_INVALID for a handle this
+ * sim never created. Sim locked. */
+static int begin_event_call(gp_sim *sim, unsigned kind, const char *name, gp_event handle, gpsim_event **ev)
+{
+    int rc = begin_call(sim, kind, name);
+    *ev = rc == GP_OK ? find_event(sim, handle, name) : NULL;
+    if (rc == GP_OK && *ev == NULL)
+        rc = GP_ERR_INVALID;
+    return rc;
+}
+
 static int sim_event_destroy(void *ctx, gp_event handle)
 {
     gp_sim *sim = ctx;
     lock(sim);
-    int rc = begin_call(sim, GP_SIM_CALL_EVENT_DESTROY, "event_destroy");
-    gpsim_event *ev = rc == GP_OK ? find_event(sim, handle, "event_destroy") : NULL;
-    if (rc == GP_OK && ev == NULL)
-        rc = GP_ERR_INVALID;
+    gpsim_event *ev = NULL;
+    int rc = begin_event_call(sim, GP_SIM_CALL_EVENT_DESTROY, "event_destroy", handle, &ev);
     if (rc == GP_OK)
         gpsim_event_delete(sim, ev);
     unlock(sim);
@@ -312,10 +321,8 @@ static int sim_event_record(void *ctx, gp_event handle, gp_stream stream)
 {
     gp_sim *sim = ctx;
     lock(sim);
-    int rc = begin_call(sim, GP_SIM_CALL_EVENT_RECORD, "event_record");
-    gpsim_event *ev = rc == GP_OK ? find_event(sim, handle, "event_record") : NULL;
-    if (rc == GP_OK && ev == NULL)
-        rc = GP_ERR_INVALID;
+    gpsim_event *ev = NULL;
+    int rc = begin_event_call(sim, GP_SIM_CALL_EVENT_RECORD, "event_record", handle, &ev);
     gpsim_stream *s = NULL;
     if (rc == GP_OK && (s = gpsim_stream_get(sim, stream)) == NULL)
         rc = GP_ERR_DEVICE;
@@ -329,10 +336,8 @@ static int sim_event_query(void *ctx, gp_event handle)
 {
     gp_sim *sim = ctx;
     lock(sim);
-    int rc = begin_call(sim, GP_SIM_CALL_EVENT_QUERY, "event_query");
-    gpsim_event *ev = rc == GP_OK ? find_event(sim, handle, "event_query") : NULL;
-    if (rc == GP_OK && ev == NULL)
-        rc = GP_ERR_INVALID;
+    gpsim_event *ev = NULL;
+    int rc = begin_event_call(sim, GP_SIM_CALL_EVENT_QUERY, "event_query", handle, &ev);
     if (rc == GP_OK && !gpsim_event_done(sim, ev))
         rc = gp_error_set(GP_ERR_NOT_READY, "sim: event %p not complete", handle);
     unlock(sim);
@@ -343,10 +348,8 @@ static int sim_event_synchronize(void *ctx, gp_event handle)
 {
     gp_sim *sim = ctx;
     lock(sim);
-    int rc = begin_call(sim, GP_SIM_CALL_EVENT_SYNC, "event_synchronize");
-    gpsim_event *ev = rc == GP_OK ? find_event(sim, handle, "event_synchronize") : NULL;
-    if (rc == GP_OK && ev == NULL)
-        rc = GP_ERR_INVALID;
+    gpsim_event *ev = NULL;
+    int rc = begin_event_call(sim, GP_SIM_CALL_EVENT_SYNC, "event_synchronize", handle, &ev);
     if (rc == GP_OK)
         gpsim_event_run(sim, ev);
     unlock(sim);
@@ -357,10 +360,8 @@ static int sim_stream_wait_event(void *ctx, gp_stream stream, gp_event handle)
 {
     gp_sim *sim = ctx;
     lock(sim);
-    int rc = begin_call(sim, GP_SIM_CALL_STREAM_WAIT, "stream_wait_event");
-    gpsim_event *ev = rc == GP_OK ? find_event(sim, handle, "stream_wait_event") : NULL;
-    if (rc == GP_OK && ev == NULL)
-        rc = GP_ERR_INVALID;
+    gpsim_event *ev = NULL;
+    int rc = begin_event_call(sim, GP_SIM_CALL_STREAM_WAIT, "stream_wait_event", handle, &ev);
     gpsim_stream *s = NULL;
     if (rc == GP_OK && (s = gpsim_stream_get(sim, stream)) == NULL)
         rc = GP_ERR_DEVICE;
