@@ -315,7 +315,7 @@ GP_API int gp_record_stream(gp_pool *pool, void *ptr, gp_stream stream)
     if (ptr == NULL)
         return gp_error_set(GP_ERR_INVALID, "gp_record_stream: ptr is NULL");
     gp_stream_state *user;
-    rc = gp_pool_stream(p, stream, gp_tenant_resolve(p, stream), &user);
+    rc = gp_pool_current_state(p, stream, true, &user);
     if (rc != GP_OK)
         return rc;
     uintptr_t addr = (uintptr_t)ptr;

@@ -54,34 +54,30 @@ static int remap_pages(gp_pool_state *p, gp_segment *seg)
         if (seg->pages[i] != GP_PHYS_NONE || !page_in_use(seg, va))
             continue;
         gp_phys handle;
-        int rc = p->ops->phys_create(p->ctx, p->page, &handle);
+        int rc = gp_vmm_page_get(p, &handle);
         if (rc != GP_OK)
             return rc;
         rc = p->ops->map(p->ctx, va, p->page, handle);
         if (rc != GP_OK) {
-            p->ops->phys_release(p->ctx, handle);
+            gp_vmm_page_release(p, handle);
             return rc;
         }
         seg->pages[i] = handle;
         atomic_fetch_add(&p->num_maps, 1);
-        atomic_fetch_add(&p->reserved, p->page);
-        atomic_fetch_add(&p->num_device_allocs, 1);
         seg->mapped_bytes += p->page;
         p->paused_bytes -= p->page;
         gp_tenant_charge(seg->owner->tenant, (int64_t)p->page);
     }
-    gp_raise_peak(&p->reserved_peak, atomic_load(&p->reserved));
     seg->paused = false;
     return GP_OK;
 }
 
-/* Unmaps and releases every in-use page of seg; on failure *done_pages says how far it got. */
-static int unmap_all(gp_pool_state *p, gp_segment *seg, size_t *done_pages)
+/* Unmaps and releases every in-use page of seg (marking each GP_PHYS_NONE), stopping at a failure. */
+static int unmap_all(gp_pool_state *p, gp_segment *seg)
 {
     size_t pages = seg->size / p->page;
     seg->paused = true;
     for (size_t i = 0; i < pages; i++) {
-        *done_pages = i;
         uintptr_t va = seg->addr + i * p->page;
         if (!page_in_use(seg, va))
             continue;
@@ -94,31 +90,10 @@ static int unmap_all(gp_pool_state *p, gp_segment *seg, size_t *done_pages)
         seg->mapped_bytes -= p->page;
         p->paused_bytes += p->page;
         gp_tenant_charge(seg->owner->tenant, -(int64_t)p->page);
-        rc = p->ops->phys_release(p->ctx, seg->pages[i]);
-        if (rc == GP_OK) {
-            atomic_fetch_sub(&p->reserved, p->page);
-            atomic_fetch_add(&p->num_device_frees, 1);
-        } else { /* keep the page for reuse: it is physical memory no range uses */
-            if (p->pooled_count < p->pooled_capacity) {
-                p->pooled[p->pooled_count] = seg->pages[i];
-                p->pooled_since[p->pooled_count++] = atomic_load(&p->coarse_now);
-            }
-        }
+        gp_vmm_page_release(p, seg->pages[i]);
         seg->pages[i] = GP_PHYS_NONE;
     }
-    *done_pages = pages;
     return GP_OK;
-}
-
-static int find(gp_pool_state *p, const char *name, const char *fn, gp_tenant **out)
-{
-    unsigned count = atomic_load(&p->tenants.count);
-    for (unsigned i = 0; name != NULL && i < count; i++)
-        if (strcmp(p->tenants.tenants[i]->name, name) == 0) {
-            *out = p->tenants.tenants[i];
-            return GP_OK;
-        }
-    return gp_error_set(GP_ERR_INVALID, "%s: no tenant named '%s'", fn, name != NULL ? name : "(NULL)");
 }
 
 GP_API int gp_tenant_pause(gp_pool *pool, const char *name, unsigned flags)
@@ -128,7 +103,7 @@ GP_API int gp_tenant_pause(gp_pool *pool, const char *name, unsigned flags)
     if (rc != GP_OK)
         return rc;
     gp_tenant *t = NULL;
-    if ((rc = find(p, name, "gp_tenant_pause", &t)) != GP_OK)
+    if ((rc = gp_tenant_find(p, name, "gp_tenant_pause", &t)) != GP_OK)
         return rc;
     if (p->page == 0)
         return gp_error_set(GP_ERR_INVALID, "gp_tenant_pause: '%s': pausing needs a virtual memory backend (vmm or "
@@ -157,12 +132,9 @@ GP_API int gp_tenant_pause(gp_pool *pool, const char *name, unsigned flags)
         if (rc == GP_OK)
             rc = copy_live(p, t, staging, true);
     }
-    size_t done = 0;
-    for (gp_segment *seg = p->segments_head; seg != NULL && rc == GP_OK; seg = seg->next) {
-        if (seg->owner->tenant != t || seg->pages == NULL)
-            continue;
-        rc = unmap_all(p, seg, &done);
-    }
+    for (gp_segment *seg = p->segments_head; seg != NULL && rc == GP_OK; seg = seg->next)
+        if (seg->owner->tenant == t && seg->pages != NULL)
+            rc = unmap_all(p, seg);
     if (rc != GP_OK) { /* roll back: fresh pages where pages went, contents from staging */
         for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next)
             if (seg->owner->tenant == t && seg->pages != NULL && seg->paused)
@@ -190,7 +162,7 @@ GP_API int gp_tenant_resume(gp_pool *pool, const char *name)
     if (rc != GP_OK)
         return rc;
     gp_tenant *t = NULL;
-    if ((rc = find(p, name, "gp_tenant_resume", &t)) != GP_OK)
+    if ((rc = gp_tenant_find(p, name, "gp_tenant_resume", &t)) != GP_OK)
         return rc;
     pthread_mutex_lock(&p->lock);
     if (!t->paused) {

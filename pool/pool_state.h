@@ -217,6 +217,10 @@ int gp_vmm_grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
  * before `idle_before` (UINT64_MAX = any). Returns bytes released; *failed gets the first error. Pool
  * lock held, no stream lock. */
 size_t gp_vmm_release(gp_pool_state *p, size_t keep, uint64_t idle_before, int *failed);
+/* A physical page: from the page pool, else new from the device (reserved bytes and peak counted). */
+int gp_vmm_page_get(gp_pool_state *p, gp_phys *out);
+/* Gives a page back to the device; one the device refuses stays in the page pool (nothing lost). */
+int gp_vmm_page_release(gp_pool_state *p, gp_phys handle);
 /* Gives back up to `want` bytes of tenant t's free pages. Pool lock held, no stream lock. */
 size_t gp_vmm_release_tenant(gp_pool_state *p, gp_tenant *t, size_t want, int *failed);
 /* Unmaps and releases everything at destroy; returns bytes that could not be given back. */

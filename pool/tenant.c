@@ -157,7 +157,7 @@ int gp_tenant_admit(gp_pool_state *p, gp_tenant *t, size_t bytes, size_t request
 
 /* ---- public calls ---------------------------------------------------------------------------------- */
 
-static int find_tenant(gp_pool_state *p, const char *name, const char *fn, gp_tenant **out)
+int gp_tenant_find(gp_pool_state *p, const char *name, const char *fn, gp_tenant **out)
 {
     if (name == NULL)
         return gp_error_set(GP_ERR_INVALID, "%s: tenant name is NULL", fn);
@@ -203,7 +203,7 @@ GP_API int gp_tenant_create(gp_pool *pool, const char *name, const gp_tenant_lim
     pthread_mutex_lock(&p->lock);
     gp_tenant *existing;
     unsigned count = atomic_load(&p->tenants.count);
-    if (find_tenant(p, name, "gp_tenant_create", &existing) == GP_OK)
+    if (gp_tenant_find(p, name, "gp_tenant_create", &existing) == GP_OK)
         rc = gp_error_set(GP_ERR_INVALID, "gp_tenant_create: a tenant named '%s' exists already", name);
     else if (count >= GP_MAX_TENANTS)
         rc = gp_error_set(GP_ERR_INVALID, "gp_tenant_create: '%s' would be tenant %u; a pool has at most %d", name,
@@ -232,7 +232,7 @@ GP_API int gp_tenant_set_limits(gp_pool *pool, const char *name, const gp_tenant
     if (limits == NULL)
         return gp_error_set(GP_ERR_INVALID, "gp_tenant_set_limits: limits is NULL");
     gp_tenant *t = NULL;
-    if ((rc = find_tenant(p, name, "gp_tenant_set_limits", &t)) != GP_OK ||
+    if ((rc = gp_tenant_find(p, name, "gp_tenant_set_limits", &t)) != GP_OK ||
         (rc = check_limits(limits, "gp_tenant_set_limits", name)) != GP_OK)
         return rc;
     pthread_mutex_lock(&p->lock);
@@ -252,7 +252,7 @@ GP_API int gp_tenant_push(gp_pool *pool, const char *name)
     if (rc != GP_OK)
         return rc;
     gp_tenant *t = NULL;
-    if ((rc = find_tenant(p, name, "gp_tenant_push", &t)) != GP_OK)
+    if ((rc = gp_tenant_find(p, name, "gp_tenant_push", &t)) != GP_OK)
         return rc;
     if (tenant_depth >= GP_TENANT_STACK_MAX)
         return gp_error_set(GP_ERR_INVALID, "gp_tenant_push: tenants nest at most %d deep in one thread",
@@ -288,7 +288,7 @@ GP_API int gp_tenant_bind_stream(gp_pool *pool, const char *name, gp_stream stre
     unsigned index = GP_MAX_TENANTS;
     if (name != NULL) {
         gp_tenant *t = NULL;
-        if ((rc = find_tenant(p, name, "gp_tenant_bind_stream", &t)) != GP_OK)
+        if ((rc = gp_tenant_find(p, name, "gp_tenant_bind_stream", &t)) != GP_OK)
             return rc;
         index = t->index;
     }
@@ -361,7 +361,7 @@ GP_API int gp_tenant_get_stats(gp_pool *pool, const char *name, gp_tenant_stats 
                             "gp_tenant_get_stats: stats must be non-NULL with size %zu and version %d set",
                             sizeof *stats, GP_TENANT_STATS_VERSION);
     gp_tenant *t = NULL;
-    if ((rc = find_tenant(p, name, "gp_tenant_get_stats", &t)) != GP_OK)
+    if ((rc = gp_tenant_find(p, name, "gp_tenant_get_stats", &t)) != GP_OK)
         return rc;
     pthread_mutex_lock(&p->lock);
     gp_lock_all_streams(p);

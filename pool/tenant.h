@@ -62,6 +62,9 @@ unsigned gp_tenant_resolve(struct gp_pool_state *p, gp_stream stream);
 /* Bumped by every push and pop of the calling thread (state caches compare it). */
 extern _Thread_local uint64_t gp_tenant_thread_generation;
 
+/* The tenant named `name`; GP_ERR_INVALID with a message starting with `fn` when there is none. */
+int gp_tenant_find(struct gp_pool_state *p, const char *name, const char *fn, gp_tenant **out);
+
 /* Adds `bytes` (may be negative) to t's held bytes and raises its peak. */
 void gp_tenant_charge(gp_tenant *t, int64_t bytes);
 

@@ -70,7 +70,7 @@ static void page_put(gp_pool_state *p, gp_phys handle)
 }
 
 /* A page from the pool, or a new one from the device. */
-static int page_get(gp_pool_state *p, gp_phys *out)
+int gp_vmm_page_get(gp_pool_state *p, gp_phys *out)
 {
     if (p->pooled_count > 0) {
         *out = p->pooled[--p->pooled_count];
@@ -88,7 +88,7 @@ static int page_get(gp_pool_state *p, gp_phys *out)
 }
 
 /* Gives a page back to the device; on failure it stays in the page pool (nothing lost). */
-static int page_release(gp_pool_state *p, gp_phys handle)
+int gp_vmm_page_release(gp_pool_state *p, gp_phys handle)
 {
     int rc = p->ops->phys_release(p->ctx, handle);
     if (rc != GP_OK) {
@@ -161,7 +161,7 @@ static size_t map_front(gp_pool_state *p, gp_stream_state *st, gp_segment *seg, 
     size_t done = 0;
     for (; done < n; done++) {
         gp_phys handle;
-        *rc = page_get(p, &handle);
+        *rc = gp_vmm_page_get(p, &handle);
         if (*rc != GP_OK)
             break;
         uintptr_t va = u->addr + done * p->page;
@@ -217,7 +217,7 @@ static size_t unmap_pages(gp_pool_state *p, gp_stream_state *owner, gp_segment *
         atomic_fetch_add(&p->num_unmaps, 1);
         gp_phys handle = seg->pages[page_index(p, seg, va)];
         if (release)
-            page_release(p, handle); /* a page the device refuses stays in the page pool */
+            gp_vmm_page_release(p, handle); /* a page the device refuses stays in the page pool */
         else
             page_put(p, handle);
     }
@@ -467,7 +467,7 @@ size_t gp_vmm_release(gp_pool_state *p, size_t keep, uint64_t idle_before, int *
         p->pooled[i] = p->pooled[p->pooled_count - 1];
         p->pooled_since[i] = p->pooled_since[p->pooled_count - 1];
         p->pooled_count--;
-        int rc = page_release(p, handle); /* on failure the page is pooled again at the end */
+        int rc = gp_vmm_page_release(p, handle); /* on failure the page is pooled again at the end */
         if (rc != GP_OK) {
             if (*failed == GP_OK)
                 *failed = rc;
