@@ -1,0 +1,400 @@
+/*
+ * tenant.c — the tenant registry, the calling thread's current tenant, stream bindings, limits and
+ * the admission of growth (see tenant.h), and the public gp_tenant_* calls except pause and resume.
+ */
+#include "ds/tenant.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/format.h"
+#include "ds/pool_state.h"
+
+/* The calling thread's current tenants, innermost last (one stack for all pools). */
+typedef struct tenant_frame {
+    const gp_pool_state *pool;
+    unsigned tenant;
+} tenant_frame;
+
+static _Thread_local tenant_frame tenant_stack[GP_TENANT_STACK_MAX];
+static _Thread_local unsigned tenant_depth;
+_Thread_local uint64_t gp_tenant_thread_generation;
+
+static unsigned binding_slot(gp_stream handle, unsigned capacity)
+{
+    uint64_t h = (uint64_t)(uintptr_t)handle * 0x9E3779B97F4A7C15ull;
+    return (unsigned)(h >> 32) & (capacity - 1);
+}
+
+int gp_tenant_registry_init(gp_tenant_registry *reg, unsigned max_streams)
+{
+    memset(reg, 0, sizeof *reg);
+    unsigned capacity = 16;
+    while (capacity < 2 * max_streams)
+        capacity *= 2;
+    reg->bindings = calloc(capacity, sizeof *reg->bindings);
+    gp_tenant *fallback = calloc(1, sizeof *fallback);
+    if (reg->bindings == NULL || fallback == NULL) {
+        free(reg->bindings);
+        free(fallback);
+        return gp_error_set(GP_ERR_INVALID, "out of host memory for the tenant registry");
+    }
+    for (unsigned i = 0; i < capacity; i++)
+        atomic_init(&reg->bindings[i], NULL);
+    reg->binding_capacity = capacity;
+    strcpy(fallback->name, "default");
+    reg->tenants[0] = fallback;
+    atomic_init(&reg->count, 1);
+    atomic_init(&reg->bind_epoch, 0);
+    return GP_OK;
+}
+
+void gp_tenant_registry_free(gp_tenant_registry *reg)
+{
+    unsigned count = atomic_load(&reg->count);
+    for (unsigned i = 0; i < count; i++)
+        free(reg->tenants[i]); /* staging memory was given back by the pool (gp_staging_free) */
+    for (unsigned i = 0; i < reg->binding_capacity; i++)
+        free(atomic_load(&reg->bindings[i]));
+    free(reg->bindings);
+    memset(reg, 0, sizeof *reg);
+}
+
+static gp_binding *find_binding(const gp_tenant_registry *reg, gp_stream handle)
+{
+    for (unsigned s = binding_slot(handle, reg->binding_capacity);; s = (s + 1) & (reg->binding_capacity - 1)) {
+        gp_binding *b = atomic_load_explicit(&reg->bindings[s], memory_order_acquire);
+        if (b == NULL || b->handle == handle)
+            return b;
+    }
+}
+
+unsigned gp_tenant_resolve(gp_pool_state *p, gp_stream stream)
+{
+    for (unsigned i = tenant_depth; i-- > 0;)
+        if (tenant_stack[i].pool == p)
+            return tenant_stack[i].tenant;
+    gp_binding *b = find_binding(&p->tenants, stream);
+    if (b != NULL) {
+        unsigned t = atomic_load_explicit(&b->tenant, memory_order_relaxed);
+        if (t < GP_MAX_TENANTS)
+            return t;
+    }
+    return 0;
+}
+
+void gp_tenant_charge(gp_tenant *t, int64_t bytes)
+{
+    size_t held = atomic_fetch_add(&t->held, (size_t)bytes) + (size_t)bytes;
+    if (bytes > 0)
+        gp_raise_peak(&t->held_peak, held);
+}
+
+void gp_tenant_update_gate(gp_tenant *t)
+{
+    size_t max = atomic_load(&t->max);
+    int gate = t->paused ? GP_ERR_PAUSED : (max != 0 && atomic_load(&t->held) > max) ? GP_ERR_QUOTA : GP_OK;
+    atomic_store(&t->gate, gate);
+}
+
+/* Gives back up to `want` bytes of t's own cached memory (whole free segments, or free pages). */
+static size_t trim_tenant(gp_pool_state *p, gp_tenant *t, size_t want)
+{
+    int failed = GP_OK;
+    gp_collect_all_pending(p);
+    if (p->page != 0)
+        return gp_vmm_release_tenant(p, t, want, &failed);
+    return gp_release_free_segments(p, want, 0, &failed, t, NULL);
+}
+
+static int refuse(gp_tenant *t, int code, const char *why, size_t request, size_t bytes)
+{
+    char max[GP_SIZE_TEXT_MAX], held[GP_SIZE_TEXT_MAX], req[GP_SIZE_TEXT_MAX], grow[GP_SIZE_TEXT_MAX];
+    size_t m = atomic_load(&t->max);
+    return gp_error_set(code, "tenant '%s' %s: max %s, holds %s, request %s (needs %s more device memory)", t->name,
+                        why, m ? gp_format_size(m, max) : "none", gp_format_size(atomic_load(&t->held), held),
+                        gp_format_size(request, req), gp_format_size(bytes, grow));
+}
+
+int gp_tenant_admit(gp_pool_state *p, gp_tenant *t, size_t bytes, size_t request)
+{
+    if (t->paused)
+        return gp_error_set(GP_ERR_PAUSED, "tenant '%s' is paused: resume it before allocating", t->name);
+    size_t high = atomic_load(&t->high);
+    if (high != 0 && atomic_load(&t->held) + bytes > high)
+        trim_tenant(p, t, atomic_load(&t->held) + bytes - high);
+    size_t max = atomic_load(&t->max);
+    if (max != 0 && atomic_load(&t->held) + bytes > max) {
+        trim_tenant(p, t, atomic_load(&t->held) + bytes - max);
+        if (atomic_load(&t->held) + bytes > max)
+            return refuse(t, GP_ERR_QUOTA, "over budget", request, bytes);
+    }
+    /* Others' unmet guarantees: memory this growth may not take. */
+    unsigned count = atomic_load(&p->tenants.count);
+    size_t held_all = 0, owed = 0;
+    const gp_tenant *owed_to = NULL;
+    for (unsigned i = 0; i < count; i++) {
+        gp_tenant *v = p->tenants.tenants[i];
+        size_t held = atomic_load(&v->held), min = atomic_load(&v->min);
+        held_all += held;
+        if (v != t && min > held) {
+            owed += min - held;
+            owed_to = v;
+        }
+    }
+    if (owed > 0 && held_all + bytes + owed > p->device_total) {
+        char text[GP_SIZE_TEXT_MAX];
+        return gp_error_set(GP_ERR_MIN_GUARANTEE,
+                            "out of device memory for tenant '%s': request %s would leave %s of other tenants' "
+                            "guaranteed minimum unavailable (e.g. tenant '%s', min %s)",
+                            t->name, gp_format_size(request, text), gp_format_size(owed, (char[GP_SIZE_TEXT_MAX]){0}),
+                            owed_to->name, gp_format_size(atomic_load(&owed_to->min), (char[GP_SIZE_TEXT_MAX]){0}));
+    }
+    return GP_OK;
+}
+
+/* ---- public calls ---------------------------------------------------------------------------------- */
+
+int gp_tenant_find(gp_pool_state *p, const char *name, const char *fn, gp_tenant **out)
+{
+    if (name == NULL)
+        return gp_error_set(GP_ERR_INVALID, "%s: tenant name is NULL", fn);
+    unsigned count = atomic_load(&p->tenants.count);
+    for (unsigned i = 0; i < count; i++)
+        if (strcmp(p->tenants.tenants[i]->name, name) == 0) {
+            *out = p->tenants.tenants[i];
+            return GP_OK;
+        }
+    return gp_error_set(GP_ERR_INVALID, "%s: no tenant named '%s' (create it with gp_tenant_create)", fn, name);
+}
+
+static int check_limits(const gp_tenant_limits *l, const char *fn, const char *name)
+{
+    if (l->max != 0 && l->min > l->max)
+        return gp_error_set(GP_ERR_INVALID, "%s: tenant '%s': min %zu is above max %zu", fn, name, l->min, l->max);
+    if (l->max != 0 && l->high > l->max)
+        return gp_error_set(GP_ERR_INVALID, "%s: tenant '%s': high %zu is above max %zu", fn, name, l->high, l->max);
+    return GP_OK;
+}
+
+static void store_limits(gp_tenant *t, const gp_tenant_limits *l)
+{
+    atomic_store(&t->max, l->max);
+    atomic_store(&t->high, l->high);
+    atomic_store(&t->min, l->min);
+}
+
+GP_API int gp_tenant_create(gp_pool *pool, const char *name, const gp_tenant_limits *limits)
+{
+    gp_pool_state *p = NULL;
+    int rc = gp_pool_enter(pool, "gp_tenant_create", &p);
+    if (rc != GP_OK)
+        return rc;
+    if (name == NULL || name[0] == '\0' || strlen(name) >= GP_TENANT_NAME_MAX)
+        return gp_error_set(GP_ERR_INVALID, "gp_tenant_create: a tenant name is 1 to %d bytes long",
+                            GP_TENANT_NAME_MAX - 1);
+    gp_tenant_limits none = {0, 0, 0};
+    const gp_tenant_limits *l = limits != NULL ? limits : &none;
+    rc = check_limits(l, "gp_tenant_create", name);
+    if (rc != GP_OK)
+        return rc;
+    pthread_mutex_lock(&p->lock);
+    gp_tenant *existing;
+    unsigned count = atomic_load(&p->tenants.count);
+    if (gp_tenant_find(p, name, "gp_tenant_create", &existing) == GP_OK)
+        rc = gp_error_set(GP_ERR_INVALID, "gp_tenant_create: a tenant named '%s' exists already", name);
+    else if (count >= GP_MAX_TENANTS)
+        rc = gp_error_set(GP_ERR_INVALID, "gp_tenant_create: '%s' would be tenant %u; a pool has at most %d", name,
+                          count + 1, GP_MAX_TENANTS);
+    gp_tenant *t = rc == GP_OK ? calloc(1, sizeof *t) : NULL;
+    if (rc == GP_OK && t == NULL)
+        rc = gp_error_set(GP_ERR_INVALID, "gp_tenant_create: out of host memory");
+    if (rc == GP_OK) {
+        strcpy(t->name, name);
+        t->index = count;
+        store_limits(t, l);
+        p->tenants.tenants[count] = t;
+        atomic_store(&p->tenants.count, count + 1);
+        gp_error_clear();
+    }
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+
+GP_API int gp_tenant_set_limits(gp_pool *pool, const char *name, const gp_tenant_limits *limits)
+{
+    gp_pool_state *p = NULL;
+    int rc = gp_pool_enter(pool, "gp_tenant_set_limits", &p);
+    if (rc != GP_OK)
+        return rc;
+    if (limits == NULL)
+        return gp_error_set(GP_ERR_INVALID, "gp_tenant_set_limits: limits is NULL");
+    gp_tenant *t = NULL;
+    if ((rc = gp_tenant_find(p, name, "gp_tenant_set_limits", &t)) != GP_OK ||
+        (rc = check_limits(limits, "gp_tenant_set_limits", name)) != GP_OK)
+        return rc;
+    pthread_mutex_lock(&p->lock);
+    store_limits(t, limits);
+    size_t held = atomic_load(&t->held);
+    if (limits->max != 0 && held > limits->max)
+        trim_tenant(p, t, held - limits->max); /* never a live block: only its cache */
+    gp_tenant_update_gate(t);
+    pthread_mutex_unlock(&p->lock);
+    return GP_OK;
+}
+
+GP_API int gp_tenant_push(gp_pool *pool, const char *name)
+{
+    gp_pool_state *p = NULL;
+    int rc = gp_pool_enter(pool, "gp_tenant_push", &p);
+    if (rc != GP_OK)
+        return rc;
+    gp_tenant *t = NULL;
+    if ((rc = gp_tenant_find(p, name, "gp_tenant_push", &t)) != GP_OK)
+        return rc;
+    if (tenant_depth >= GP_TENANT_STACK_MAX)
+        return gp_error_set(GP_ERR_INVALID, "gp_tenant_push: tenants nest at most %d deep in one thread",
+                            GP_TENANT_STACK_MAX);
+    tenant_stack[tenant_depth++] = (tenant_frame){p, t->index};
+    gp_tenant_thread_generation++;
+    return GP_OK;
+}
+
+GP_API int gp_tenant_pop(gp_pool *pool)
+{
+    gp_pool_state *p = NULL;
+    int rc = gp_pool_enter(pool, "gp_tenant_pop", &p);
+    if (rc != GP_OK)
+        return rc;
+    for (unsigned i = tenant_depth; i-- > 0;) {
+        if (tenant_stack[i].pool != p)
+            continue;
+        memmove(&tenant_stack[i], &tenant_stack[i + 1], (tenant_depth - i - 1) * sizeof tenant_stack[0]);
+        tenant_depth--;
+        gp_tenant_thread_generation++;
+        return GP_OK;
+    }
+    return gp_error_set(GP_ERR_INVALID, "gp_tenant_pop: this thread has no current tenant of this pool");
+}
+
+GP_API int gp_tenant_bind_stream(gp_pool *pool, const char *name, gp_stream stream)
+{
+    gp_pool_state *p = NULL;
+    int rc = gp_pool_enter(pool, "gp_tenant_bind_stream", &p);
+    if (rc != GP_OK)
+        return rc;
+    unsigned index = GP_MAX_TENANTS;
+    if (name != NULL) {
+        gp_tenant *t = NULL;
+        if ((rc = gp_tenant_find(p, name, "gp_tenant_bind_stream", &t)) != GP_OK)
+            return rc;
+        index = t->index;
+    }
+    gp_tenant_registry *reg = &p->tenants;
+    pthread_mutex_lock(&p->lock);
+    gp_binding *b = find_binding(reg, stream);
+    if (b == NULL && index != GP_MAX_TENANTS) {
+        unsigned used = 0;
+        for (unsigned i = 0; i < reg->binding_capacity; i++)
+            used += atomic_load(&reg->bindings[i]) != NULL;
+        b = used * 2 < reg->binding_capacity ? calloc(1, sizeof *b) : NULL;
+        if (b == NULL) {
+            pthread_mutex_unlock(&p->lock);
+            return gp_error_set(GP_ERR_INVALID, "gp_tenant_bind_stream: no room to bind stream %p (max_streams)",
+                                stream);
+        }
+        b->handle = stream;
+        atomic_init(&b->tenant, index);
+        unsigned s = binding_slot(stream, reg->binding_capacity);
+        while (atomic_load(&reg->bindings[s]) != NULL)
+            s = (s + 1) & (reg->binding_capacity - 1);
+        atomic_store_explicit(&reg->bindings[s], b, memory_order_release);
+    } else if (b != NULL) {
+        atomic_store(&b->tenant, index);
+    }
+    atomic_fetch_add(&reg->bind_epoch, 1);
+    pthread_mutex_unlock(&p->lock);
+    return GP_OK;
+}
+
+/* Fills s for tenant t. Pool lock and every stream lock held. */
+static void tenant_snapshot(gp_pool_state *p, gp_tenant *t, gp_tenant_stats *s)
+{
+    memset((char *)s + 2 * sizeof(uint32_t), 0, sizeof *s - 2 * sizeof(uint32_t));
+    strcpy(s->name, t->name);
+    unsigned count = atomic_load(&p->streams.count);
+    for (unsigned i = 0; i < count; i++)
+        if (p->streams.by_index[i]->tenant == t)
+            s->allocated_bytes += p->streams.by_index[i]->allocated_bytes;
+    s->held_bytes = atomic_load(&t->held);
+    s->held_bytes_peak = atomic_load(&t->held_peak);
+    s->cached_bytes = s->held_bytes > s->allocated_bytes ? s->held_bytes - s->allocated_bytes : 0;
+    s->max = atomic_load(&t->max);
+    s->high = atomic_load(&t->high);
+    s->min = atomic_load(&t->min);
+    s->refusals = atomic_load(&t->refusals);
+    s->pauses = atomic_load(&t->pauses);
+    s->paused = t->paused;
+}
+
+int gp_tenant_snapshot_all(gp_pool_state *p, gp_tenant_stats *out, unsigned capacity)
+{
+    unsigned count = atomic_load(&p->tenants.count);
+    for (unsigned i = 0; i < count && i < capacity; i++) {
+        out[i].size = sizeof out[i];
+        out[i].version = GP_TENANT_STATS_VERSION;
+        tenant_snapshot(p, p->tenants.tenants[i], &out[i]);
+    }
+    return (int)count;
+}
+
+GP_API int gp_tenant_get_stats(gp_pool *pool, const char *name, gp_tenant_stats *stats)
+{
+    gp_pool_state *p = NULL;
+    int rc = gp_pool_enter(pool, "gp_tenant_get_stats", &p);
+    if (rc != GP_OK)
+        return rc;
+    if (stats == NULL || stats->size != sizeof *stats || stats->version != GP_TENANT_STATS_VERSION)
+        return gp_error_set(GP_ERR_INVALID,
+                            "gp_tenant_get_stats: stats must be non-NULL with size %zu and version %d set",
+                            sizeof *stats, GP_TENANT_STATS_VERSION);
+    gp_tenant *t = NULL;
+    if ((rc = gp_tenant_find(p, name, "gp_tenant_get_stats", &t)) != GP_OK)
+        return rc;
+    pthread_mutex_lock(&p->lock);
+    gp_lock_all_streams(p);
+    tenant_snapshot(p, t, stats);
+    gp_unlock_all_streams(p);
+    pthread_mutex_unlock(&p->lock);
+    return GP_OK;
+}
+
+GP_API int gp_tenant_count(gp_pool *pool, size_t *count)
+{
+    gp_pool_state *p = NULL;
+    int rc = gp_pool_enter(pool, "gp_tenant_count", &p);
+    if (rc != GP_OK)
+        return rc;
+    if (count == NULL)
+        return gp_error_set(GP_ERR_INVALID, "gp_tenant_count: count is NULL");
+    *count = atomic_load(&p->tenants.count);
+    return GP_OK;
+}
+
+GP_API int gp_tenant_name(gp_pool *pool, size_t index, char *buf, size_t len)
+{
+    gp_pool_state *p = NULL;
+    int rc = gp_pool_enter(pool, "gp_tenant_name", &p);
+    if (rc != GP_OK)
+        return rc;
+    if (index >= atomic_load(&p->tenants.count))
+        return gp_error_set(GP_ERR_INVALID, "gp_tenant_name: index %zu; the pool has %u tenants", index,
+                            atomic_load(&p->tenants.count));
+    const char *name = p->tenants.tenants[index]->name;
+    if (buf == NULL || len <= strlen(name))
+        return gp_error_set(GP_ERR_INVALID, "gp_tenant_name: the buffer needs %zu bytes", strlen(name) + 1);
+    strcpy(buf, name);
+    return GP_OK;
+}
