@@ -10,16 +10,11 @@
 #include <time.h>
 
 #include "base/error.h"
-#include "gpupool_sim.h"
 #include "ds/pool_state.h"
 
 uint64_t gp_clock_now(gp_pool_state *p)
 {
-    if (p->ops == &gp_backend_sim || p->ops == &gp_backend_sim_vmm)
-        return gp_sim_now(gp_backend_sim_instance(p->ctx));
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    return gp_backend_now(p->ops, p->ctx);
 }
 
 /* Gives back wholly free segments (device allocations) free since before idle_before. */

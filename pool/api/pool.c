@@ -327,9 +327,9 @@ GP_API int gp_pool_destroy(gp_pool *pool, gp_leak_report *report)
 GP_API gp_sim *gp_sim_of(gp_pool *pool)
 {
     gp_pool_state *p = NULL;
-    if (gp_pool_enter(pool, "gp_sim_of", &p) != GP_OK || (p->ops != &gp_backend_sim && p->ops != &gp_backend_sim_vmm))
+    if (gp_pool_enter(pool, "gp_sim_of", &p) != GP_OK || (p->ops->caps & GP_BACKEND_SIMULATED) == 0)
         return NULL;
-    return gp_backend_sim_instance(p->ctx);
+    return p->ops->instance(p->ctx);
 }
 
 /* gp_check: each broken invariant is reported by name. */

@@ -2,9 +2,12 @@
  * backend.h — the one narrow interface through which gpupool talks to a device.
  *
  * Nothing else in pool/ calls CUDA (or the simulator) directly. A backend is a table of operations
- * over an opaque context; there is one implementation per file: backend_cuda.c (CUDA runtime) and
- * backend_sim.c (the simulated GPU of tests and replay). The pool serialises no calls on its own
- * behalf: every operation must be safe to call from any thread at any time.
+ * over an opaque context; there is one implementation per file: backend/backend_cuda.c ("cuda",
+ * cudaMalloc through the CUDA runtime), backend/backend_vmm.c ("vmm", the driver's virtual memory API),
+ * and sim/backend_sim.c ("sim" and "sim-vmm", the simulated GPU of tests and replay). The pool never
+ * names a backend: what it needs to know about one (virtual memory or not, simulated or not) is in
+ * `caps`, and its clock is the `now` operation. The pool serialises no calls on its own behalf: every
+ * operation must be safe to call from any thread at any time.
  *
  * Conventions for every operation:
  *   - returns GP_OK (0) on success, a negative gp_error code otherwise; on failure it changes nothing
@@ -27,8 +30,21 @@ typedef void *gp_event;      /* cudaEvent_t with the cuda backend */
 typedef uint64_t gp_phys;    /* physical memory (CUmemGenericAllocationHandle with the vmm backend) */
 #define GP_PHYS_NONE UINT64_MAX /* no handle (a page of a paused range) */
 
+/* Capabilities (gp_backend_ops.caps). */
+#define GP_BACKEND_VMM 1u       /* implements the virtual memory operations (va_reserve ... unmap) */
+#define GP_BACKEND_SIMULATED 2u /* a simulated device: `instance` returns its gp_sim (gpupool_sim.h) */
+
 typedef struct gp_backend_ops {
     const char *name;
+    unsigned caps; /* GP_BACKEND_* */
+
+    /* The device's clock in ns, for ageing cached memory (idle_release); NULL: CLOCK_MONOTONIC. The
+     * simulated GPU returns its virtual time, so that tests and replays age memory without sleeping. */
+    uint64_t (*now)(void *ctx);
+
+    /* With GP_BACKEND_SIMULATED: the object behind the context that gpupool_sim.h's calls take
+     * (gp_sim_of returns it). NULL otherwise. */
+    void *(*instance)(void *ctx);
 
     /* Opens the backend for `device`.
      * pre: cfg parsed and valid; device >= 0.
@@ -114,11 +130,15 @@ typedef struct gp_backend_ops {
 /* True when the backend implements the virtual memory operations. */
 static inline int gp_backend_has_vmm(const gp_backend_ops *ops)
 {
-    return ops->va_reserve != NULL;
+    return (ops->caps & GP_BACKEND_VMM) != 0;
 }
 
-/* The backends built into this library: "sim" and "sim-vmm" (the simulated GPU without and with
- * virtual memory management), "cuda" (cudaMalloc) and "vmm" (the CUDA driver's virtual memory API). */
+/* The backend's clock in ns (its `now`, else CLOCK_MONOTONIC). */
+uint64_t gp_backend_now(const gp_backend_ops *ops, void *ctx);
+
+/* The backends built into this library, for the registry (backend_registry.c) and the backend tests
+ * only: "sim" and "sim-vmm" (the simulated GPU without and with virtual memory management, sim/),
+ * "cuda" (cudaMalloc) and "vmm" (the CUDA driver's virtual memory API). */
 extern const gp_backend_ops gp_backend_sim;
 extern const gp_backend_ops gp_backend_sim_vmm;
 #ifdef GPUPOOL_WITH_CUDA
@@ -128,9 +148,5 @@ extern const gp_backend_ops gp_backend_vmm;
 
 /* Finds a built-in backend by name; NULL (with the thread's message set) when there is none. */
 const gp_backend_ops *gp_backend_find(const char *name);
-
-/* The sim instance behind a sim backend context (backend_sim.c). */
-struct gp_sim;
-struct gp_sim *gp_backend_sim_instance(void *ctx);
 
 #endif /* GP_BACKEND_H */

@@ -381,6 +381,7 @@ static int vmm_unmap(void *opaque, gp_devptr va, size_t size)
 
 const gp_backend_ops gp_backend_vmm = {
     .name = "vmm",
+    .caps = GP_BACKEND_VMM,
     .open = vmm_open,
     .close = vmm_close,
     .mem_alloc = gp_cuda_mem_alloc,

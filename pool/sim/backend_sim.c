@@ -25,6 +25,7 @@
  */
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #include "sim/sim_internal.h"
+#include "sim/sim_backend.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -560,8 +561,21 @@ static int sim_host_free(void *ctx, void *ptr, size_t size)
     return munmap(ptr, size) == 0 ? GP_OK : gp_error_set(GP_ERR_DEVICE, "sim: host_free: %s", strerror(errno));
 }
 
+static uint64_t sim_now(void *ctx)
+{
+    return gp_sim_now(ctx);
+}
+
+static void *sim_instance(void *ctx)
+{
+    return gp_backend_sim_instance(ctx);
+}
+
 const gp_backend_ops gp_backend_sim = {
     .name = "sim",
+    .caps = GP_BACKEND_SIMULATED,
+    .now = sim_now,
+    .instance = sim_instance,
     .open = sim_open,
     .close = sim_close,
     .mem_alloc = sim_mem_alloc,
@@ -581,6 +595,9 @@ const gp_backend_ops gp_backend_sim = {
 
 const gp_backend_ops gp_backend_sim_vmm = {
     .name = "sim-vmm",
+    .caps = GP_BACKEND_SIMULATED | GP_BACKEND_VMM,
+    .now = sim_now,
+    .instance = sim_instance,
     .open = sim_vmm_open,
     .close = sim_close,
     .mem_alloc = sim_mem_alloc,
@@ -605,7 +622,7 @@ const gp_backend_ops gp_backend_sim_vmm = {
     .host_free = sim_host_free,
 };
 
-struct gp_sim *gp_backend_sim_instance(void *ctx)
+gp_sim *gp_backend_sim_instance(void *ctx)
 {
     return ctx; /* the context is the sim itself, with either table */
 }

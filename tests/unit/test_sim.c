@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "sim/sim_backend.h"
 #include "base/config.h"
 #include "gpupool_sim.h"
 

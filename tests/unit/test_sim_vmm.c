@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "sim/sim_backend.h"
 #include "base/config.h"
 #include "gpupool_sim.h"
 
