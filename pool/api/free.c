@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/list.h"
 #include "base/format.h"
 #include "ds/pool_state.h"
 
@@ -116,13 +117,7 @@ static int free_pending(gp_pool_state *p, gp_stream_state *owner, gp_block *b, g
     }
     retire(p, owner, b);
     b->state = GP_BLOCK_PENDING;
-    b->list_next = NULL;
-    b->list_prev = owner->pending_tail;
-    if (owner->pending_tail != NULL)
-        owner->pending_tail->list_next = b;
-    else
-        owner->pending = b;
-    owner->pending_tail = b;
+    GP_LIST_APPEND(owner->pending, owner->pending_tail, b, list_prev, list_next);
     owner->pending_bytes += b->size;
     atomic_fetch_add_explicit(&owner->pending_count, 1, memory_order_relaxed);
     return GP_OK;
@@ -154,14 +149,7 @@ void gp_pending_collect(gp_pool_state *p, gp_stream_state *st, unsigned limit)
         gp_block *next = b->list_next;
         scanned++;
         if (events_done(p, b)) {
-            if (b->list_prev != NULL)
-                b->list_prev->list_next = b->list_next;
-            else
-                st->pending = b->list_next;
-            if (b->list_next != NULL)
-                b->list_next->list_prev = b->list_prev;
-            else
-                st->pending_tail = b->list_prev;
+            GP_LIST_UNLINK(st->pending, st->pending_tail, b, list_prev, list_next);
             b->list_prev = b->list_next = NULL;
             st->pending_bytes -= b->size;
             atomic_fetch_sub_explicit(&st->pending_count, 1, memory_order_relaxed);

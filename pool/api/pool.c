@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/list.h"
 #include "base/format.h"
 #include "gpupool_sim.h"
 #include "ds/pool_state.h"
@@ -78,26 +79,13 @@ int gp_pool_current_state(gp_pool_state *p, gp_stream stream, bool add, gp_strea
 
 void gp_segment_link(gp_pool_state *p, gp_segment *seg)
 {
-    seg->prev = p->segments_tail;
-    seg->next = NULL;
-    if (p->segments_tail != NULL)
-        p->segments_tail->next = seg;
-    else
-        p->segments_head = seg;
-    p->segments_tail = seg;
+    GP_LIST_APPEND(p->segments_head, p->segments_tail, seg, prev, next);
     p->segment_count++;
 }
 
 void gp_segment_unlink(gp_pool_state *p, gp_segment *seg)
 {
-    if (seg->prev != NULL)
-        seg->prev->next = seg->next;
-    else
-        p->segments_head = seg->next;
-    if (seg->next != NULL)
-        seg->next->prev = seg->prev;
-    else
-        p->segments_tail = seg->prev;
+    GP_LIST_UNLINK(p->segments_head, p->segments_tail, seg, prev, next);
     p->segment_count--;
 }
 

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/list.h"
+
 gp_block *gp_block_new(gp_block_cache *cache)
 {
     gp_block *b = cache->spare;
@@ -49,11 +51,7 @@ void gp_heap_insert(gp_heap *heap, gp_block *b)
     assert(b->state == GP_BLOCK_FREE);
     unsigned c = gp_size_class(b->size);
     b->size_class = c;
-    b->list_prev = NULL;
-    b->list_next = heap->lists[c];
-    if (b->list_next != NULL)
-        b->list_next->list_prev = b;
-    heap->lists[c] = b;
+    GP_LIST_PUSH(heap->lists[c], b, list_prev, list_next);
     heap->nonempty[c / 64] |= (uint64_t)1 << (c % 64);
     heap->free_bytes += b->size;
     heap->free_blocks++;
@@ -63,12 +61,7 @@ void gp_heap_remove(gp_heap *heap, gp_block *b)
 {
     assert(b->state == GP_BLOCK_FREE);
     unsigned c = b->size_class;
-    if (b->list_prev != NULL)
-        b->list_prev->list_next = b->list_next;
-    else
-        heap->lists[c] = b->list_next;
-    if (b->list_next != NULL)
-        b->list_next->list_prev = b->list_prev;
+    GP_LIST_REMOVE(heap->lists[c], b, list_prev, list_next);
     if (heap->lists[c] == NULL)
         heap->nonempty[c / 64] &= ~((uint64_t)1 << (c % 64));
     b->list_prev = b->list_next = NULL;
