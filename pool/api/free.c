@@ -11,25 +11,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/api.h"
 #include "base/error.h"
-#include "base/list.h"
 #include "base/format.h"
-#include "ds/pool_state.h"
-
-static gp_stream_state **uses_of(gp_block *b)
-{
-    return b->uses != NULL ? b->uses : b->uses_inline;
-}
-
-static gp_event *events_of(gp_block *b)
-{
-    return b->events != NULL ? b->events : b->events_inline;
-}
+#include "base/list.h"
+#include "provider/pending.h"
 
 /* Uses are streams: states of two tenants on one stream are the same use. */
 static bool has_use(gp_block *b, gp_stream_state *st)
 {
-    gp_stream_state **uses = uses_of(b);
+    gp_stream_state **uses = gp_block_uses(b);
     for (unsigned i = 0; i < b->use_count; i++)
         if (uses[i]->handle == st->handle)
             return true;
@@ -50,26 +41,13 @@ static bool reserve_use(gp_block *b)
         free(events);
         return false;
     }
-    memcpy(uses, uses_of(b), b->use_count * sizeof *uses);
+    memcpy(uses, gp_block_uses(b), b->use_count * sizeof *uses);
     free(b->uses);
     free(b->events);
     b->uses = uses;
     b->events = events;
     b->use_capacity = grown;
     return true;
-}
-
-void gp_block_to_heap(gp_pool_state *p, gp_stream_state *owner, gp_block *b)
-{
-    assert(b->segment->owner == owner);
-    uint64_t now = atomic_load_explicit(&p->coarse_now, memory_order_relaxed);
-    gp_heap *heap = gp_heap_of(owner, b->segment->small);
-    owner->fence_dirty = true;
-    b->free_since = now;
-    if (gp_heap_quick_put(heap, b))
-        return;
-    gp_block *merged = gp_heap_release(heap, &owner->blocks, b);
-    merged->free_since = now;
 }
 
 /* Accounts for a LIVE block that stops being live. */
@@ -92,10 +70,10 @@ static int free_pending(gp_pool_state *p, gp_stream_state *owner, gp_block *b, g
         if (!reserve_use(b))
             return gp_error_set(GP_ERR_INVALID, "gp_free: out of host memory to record the use on stream %p",
                                 also->handle);
-        uses_of(b)[b->use_count++] = also;
+        gp_block_uses(b)[b->use_count++] = also;
     }
-    gp_stream_state **uses = uses_of(b);
-    gp_event *events = events_of(b);
+    gp_stream_state **uses = gp_block_uses(b);
+    gp_event *events = gp_block_events(b);
     unsigned recorded = 0;
     int rc = GP_OK;
     for (; recorded < b->use_count; recorded++) {
@@ -121,42 +99,6 @@ static int free_pending(gp_pool_state *p, gp_stream_state *owner, gp_block *b, g
     owner->pending_bytes += b->size;
     atomic_fetch_add_explicit(&owner->pending_count, 1, memory_order_relaxed);
     return GP_OK;
-}
-
-/* True when every event of the PENDING block b has completed; completed events go back to the pool. */
-static bool events_done(gp_pool_state *p, gp_block *b)
-{
-    gp_event *events = events_of(b);
-    bool done = true;
-    for (unsigned i = 0; i < b->use_count; i++) {
-        if (events[i] == NULL)
-            continue;
-        if (p->ops->event_query(p->ctx, events[i]) != GP_OK) { /* not ready, or a failed query: retry later */
-            done = false;
-            continue;
-        }
-        gp_event_pool_put(&p->events, events[i]);
-        events[i] = NULL;
-    }
-    return done;
-}
-
-void gp_pending_collect(gp_pool_state *p, gp_stream_state *st, unsigned limit)
-{
-    unsigned scanned = 0;
-    gp_block *b = st->pending;
-    while (b != NULL && (limit == 0 || scanned < limit)) {
-        gp_block *next = b->list_next;
-        scanned++;
-        if (events_done(p, b)) {
-            GP_LIST_UNLINK(st->pending, st->pending_tail, b, list_prev, list_next);
-            b->list_prev = b->list_next = NULL;
-            st->pending_bytes -= b->size;
-            atomic_fetch_sub_explicit(&st->pending_count, 1, memory_order_relaxed);
-            gp_block_to_heap(p, st, b);
-        }
-        b = next;
-    }
 }
 
 int gp_diagnose_pointer(gp_pool_state *p, uintptr_t addr, const char *fn)
@@ -316,7 +258,7 @@ GP_API int gp_record_stream(gp_pool *pool, void *ptr, gp_stream stream)
         if (b != NULL) {
             if (user->handle != owner->handle && !has_use(b, user)) {
                 if (reserve_use(b))
-                    uses_of(b)[b->use_count++] = user;
+                    gp_block_uses(b)[b->use_count++] = user;
                 else
                     rc = gp_error_set(GP_ERR_INVALID, "gp_record_stream: out of host memory for %p", ptr);
             }

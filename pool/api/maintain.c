@@ -1,50 +1,24 @@
 /*
- * maintain.c — giving cached memory back off the allocation fast path: release_threshold (keep at
- * most N bytes cached) and idle_release (give back what has been free for T seconds), run by
- * gp_maintain, by every allocation slow path, and every GP_MAINTAIN_FREES frees.
+ * maintain.c — giving cached memory back: gp_trim (down to a number of cached bytes), and, off the
+ * allocation fast path, release_threshold (keep at most N bytes cached) and idle_release (give back
+ * what has been free for T seconds), run by gp_maintain, by every allocation slow path, and every
+ * GP_MAINTAIN_FREES frees. The provider (provider.h) decides what "free" means: whole segments, or
+ * pages.
  *
- * Time is the pool's clock: CLOCK_MONOTONIC on a GPU, the simulated GPU's virtual time on the sim, so
- * that tests and replays can age memory without sleeping. The clock is read here only and kept in
- * coarse_now, which frees stamp into blocks (free_since) with one relaxed load.
+ * Time is the backend's clock (gp_backend_now: CLOCK_MONOTONIC on a GPU, the simulated GPU's virtual
+ * time on the sim, so that tests and replays can age memory without sleeping). The clock is read here
+ * (and at create) only and kept in coarse_now, which frees stamp into blocks (free_since) with one
+ * relaxed load.
  */
-#include <time.h>
-
 #include "base/error.h"
-#include "ds/pool_state.h"
-
-uint64_t gp_clock_now(gp_pool_state *p)
-{
-    return gp_backend_now(p->ops, p->ctx);
-}
-
-/* Gives back wholly free segments (device allocations) free since before idle_before. */
-static size_t release_idle_segments(gp_pool_state *p, uint64_t idle_before, int *failed)
-{
-    size_t released = 0;
-    for (gp_segment *seg = p->segments_head, *next; seg != NULL; seg = next) {
-        next = seg->next;
-        if (seg->pages != NULL)
-            continue;
-        gp_stream_state *owner = seg->owner;
-        pthread_mutex_lock(&owner->lock);
-        bool idle = gp_segment_wholly_free(seg) && seg->first->free_since <= idle_before;
-        pthread_mutex_unlock(&owner->lock);
-        if (!idle)
-            continue;
-        size_t size = seg->size;
-        int rc = gp_release_segment(p, seg);
-        if (rc == GP_OK)
-            released += size;
-        else if (*failed == GP_OK)
-            *failed = rc;
-    }
-    return released;
-}
+#include "api/api.h"
+#include "provider/pending.h"
+#include "provider/provider.h"
 
 size_t gp_maintain_locked(gp_pool_state *p, int *failed)
 {
     *failed = GP_OK;
-    uint64_t now = gp_clock_now(p);
+    uint64_t now = gp_backend_now(p->ops, p->ctx);
     atomic_store(&p->coarse_now, now);
     atomic_store(&p->frees_since_maintain, 0);
     bool idle = p->cfg.idle_release >= 0;
@@ -59,13 +33,12 @@ size_t gp_maintain_locked(gp_pool_state *p, int *failed)
         uint64_t age = (uint64_t)(p->cfg.idle_release * 1e9);
         uint64_t idle_before = now > age ? now - age : 0;
         if (now > age || age == 0)
-            released += p->page != 0 ? gp_vmm_release(p, 0, idle_before, &rc) : release_idle_segments(p, idle_before, &rc);
+            released += p->provider->release(p, 0, idle_before, &rc);
         if (rc != GP_OK)
             *failed = rc;
     }
     if (threshold) {
-        released += p->page != 0 ? gp_vmm_release(p, p->cfg.release_threshold, UINT64_MAX, &rc)
-                                 : gp_release_free_segments(p, SIZE_MAX, p->cfg.release_threshold, &rc, NULL, NULL);
+        released += p->provider->release(p, p->cfg.release_threshold, UINT64_MAX, &rc);
         if (rc != GP_OK && *failed == GP_OK)
             *failed = rc;
     }
@@ -87,6 +60,27 @@ GP_API int gp_maintain(gp_pool *pool, size_t *released)
         *released = bytes;
     if (failed != GP_OK) {
         gp_error_append(" (gp_maintain: gave back %zu bytes; what could not be released stays cached)", bytes);
+        return failed;
+    }
+    return GP_OK;
+}
+
+GP_API int gp_trim(gp_pool *pool, size_t keep_bytes, size_t *released)
+{
+    gp_pool_state *p = NULL;
+    int rc = gp_pool_enter(pool, "gp_trim", &p);
+    if (rc != GP_OK)
+        return rc;
+    pthread_mutex_lock(&p->lock);
+    gp_collect_all_pending(p);
+    gp_flush_all(p); /* keep_bytes is compared with exact figures */
+    int failed = GP_OK;
+    size_t bytes = p->provider->release(p, keep_bytes, UINT64_MAX, &failed);
+    pthread_mutex_unlock(&p->lock);
+    if (released != NULL)
+        *released = bytes;
+    if (failed != GP_OK) {
+        gp_error_append(" (gp_trim: released %zu bytes; the segment whose release failed stays cached)", bytes);
         return failed;
     }
     return GP_OK;

@@ -7,9 +7,11 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "api/api.h"
 #include "base/error.h"
 #include "base/format.h"
-#include "ds/pool_state.h"
+#include "provider/provider.h"
+#include "provider/staging.h"
 
 /* Fills every field of *s from p under all locks (pool, then streams). */
 static void snapshot(gp_pool_state *p, gp_stats *s)
@@ -46,7 +48,7 @@ static void snapshot(gp_pool_state *p, gp_stats *s)
     s->num_stream_waits = atomic_load(&p->num_stream_waits);
     s->num_events_created = p->events.created;
     s->streams = count;
-    if (p->page != 0) {
+    if (p->provider->pages) {
         s->unmapped_cached_bytes = p->pooled_count * p->page;
         s->mapped_bytes = s->reserved_bytes - s->unmapped_cached_bytes;
     }

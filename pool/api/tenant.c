@@ -1,159 +1,17 @@
 /*
- * tenant.c — the tenant registry, the calling thread's current tenant, stream bindings, limits and
- * the admission of growth (see tenant.h), and the public gp_tenant_* calls except pause and resume.
+ * tenant.c — the public gp_tenant_* calls except pause and resume (pause.c): creating tenants, their
+ * limits, the calling thread's current tenant (kept in current.c), stream bindings, stats. Tenants as
+ * data are ds/tenant.c; the admission of growth is policy/admission.c, carried out by the provider.
  */
-#include "ds/tenant.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/api.h"
 #include "base/error.h"
 #include "base/format.h"
-#include "ds/pool_state.h"
-
-/* The calling thread's current tenants, innermost last (one stack for all pools). */
-typedef struct tenant_frame {
-    const gp_pool_state *pool;
-    unsigned tenant;
-} tenant_frame;
-
-static _Thread_local tenant_frame tenant_stack[GP_TENANT_STACK_MAX];
-static _Thread_local unsigned tenant_depth;
-_Thread_local uint64_t gp_tenant_thread_generation;
-
-static unsigned binding_slot(gp_stream handle, unsigned capacity)
-{
-    uint64_t h = (uint64_t)(uintptr_t)handle * 0x9E3779B97F4A7C15ull;
-    return (unsigned)(h >> 32) & (capacity - 1);
-}
-
-int gp_tenant_registry_init(gp_tenant_registry *reg, unsigned max_streams)
-{
-    memset(reg, 0, sizeof *reg);
-    unsigned capacity = 16;
-    while (capacity < 2 * max_streams)
-        capacity *= 2;
-    reg->bindings = calloc(capacity, sizeof *reg->bindings);
-    gp_tenant *fallback = calloc(1, sizeof *fallback);
-    if (reg->bindings == NULL || fallback == NULL) {
-        free(reg->bindings);
-        free(fallback);
-        return gp_error_set(GP_ERR_INVALID, "out of host memory for the tenant registry");
-    }
-    for (unsigned i = 0; i < capacity; i++)
-        atomic_init(&reg->bindings[i], NULL);
-    reg->binding_capacity = capacity;
-    strcpy(fallback->name, "default");
-    reg->tenants[0] = fallback;
-    atomic_init(&reg->count, 1);
-    atomic_init(&reg->bind_epoch, 0);
-    return GP_OK;
-}
-
-void gp_tenant_registry_free(gp_tenant_registry *reg)
-{
-    unsigned count = atomic_load(&reg->count);
-    for (unsigned i = 0; i < count; i++)
-        free(reg->tenants[i]); /* staging memory was given back by the pool (gp_staging_free) */
-    for (unsigned i = 0; i < reg->binding_capacity; i++)
-        free(atomic_load(&reg->bindings[i]));
-    free(reg->bindings);
-    memset(reg, 0, sizeof *reg);
-}
-
-static gp_binding *find_binding(const gp_tenant_registry *reg, gp_stream handle)
-{
-    for (unsigned s = binding_slot(handle, reg->binding_capacity);; s = (s + 1) & (reg->binding_capacity - 1)) {
-        gp_binding *b = atomic_load_explicit(&reg->bindings[s], memory_order_acquire);
-        if (b == NULL || b->handle == handle)
-            return b;
-    }
-}
-
-unsigned gp_tenant_resolve(gp_pool_state *p, gp_stream stream)
-{
-    for (unsigned i = tenant_depth; i-- > 0;)
-        if (tenant_stack[i].pool == p)
-            return tenant_stack[i].tenant;
-    gp_binding *b = find_binding(&p->tenants, stream);
-    if (b != NULL) {
-        unsigned t = atomic_load_explicit(&b->tenant, memory_order_relaxed);
-        if (t < GP_MAX_TENANTS)
-            return t;
-    }
-    return 0;
-}
-
-void gp_tenant_charge(gp_tenant *t, int64_t bytes)
-{
-    size_t held = atomic_fetch_add(&t->held, (size_t)bytes) + (size_t)bytes;
-    if (bytes > 0)
-        gp_raise_peak(&t->held_peak, held);
-}
-
-void gp_tenant_update_gate(gp_tenant *t)
-{
-    size_t max = atomic_load(&t->max);
-    int gate = t->paused ? GP_ERR_PAUSED : (max != 0 && atomic_load(&t->held) > max) ? GP_ERR_QUOTA : GP_OK;
-    atomic_store(&t->gate, gate);
-}
-
-/* Gives back up to `want` bytes of t's own cached memory (whole free segments, or free pages). */
-static size_t trim_tenant(gp_pool_state *p, gp_tenant *t, size_t want)
-{
-    int failed = GP_OK;
-    gp_collect_all_pending(p);
-    if (p->page != 0)
-        return gp_vmm_release_tenant(p, t, want, &failed);
-    return gp_release_free_segments(p, want, 0, &failed, t, NULL);
-}
-
-static int refuse(gp_tenant *t, int code, const char *why, size_t request, size_t bytes)
-{
-    char max[GP_SIZE_TEXT_MAX], held[GP_SIZE_TEXT_MAX], req[GP_SIZE_TEXT_MAX], grow[GP_SIZE_TEXT_MAX];
-    size_t m = atomic_load(&t->max);
-    return gp_error_set(code, "tenant '%s' %s: max %s, holds %s, request %s (needs %s more device memory)", t->name,
-                        why, m ? gp_format_size(m, max) : "none", gp_format_size(atomic_load(&t->held), held),
-                        gp_format_size(request, req), gp_format_size(bytes, grow));
-}
-
-int gp_tenant_admit(gp_pool_state *p, gp_tenant *t, size_t bytes, size_t request)
-{
-    if (t->paused)
-        return gp_error_set(GP_ERR_PAUSED, "tenant '%s' is paused: resume it before allocating", t->name);
-    size_t high = atomic_load(&t->high);
-    if (high != 0 && atomic_load(&t->held) + bytes > high)
-        trim_tenant(p, t, atomic_load(&t->held) + bytes - high);
-    size_t max = atomic_load(&t->max);
-    if (max != 0 && atomic_load(&t->held) + bytes > max) {
-        trim_tenant(p, t, atomic_load(&t->held) + bytes - max);
-        if (atomic_load(&t->held) + bytes > max)
-            return refuse(t, GP_ERR_QUOTA, "over budget", request, bytes);
-    }
-    /* Others' unmet guarantees: memory this growth may not take. */
-    unsigned count = atomic_load(&p->tenants.count);
-    size_t held_all = 0, owed = 0;
-    const gp_tenant *owed_to = NULL;
-    for (unsigned i = 0; i < count; i++) {
-        gp_tenant *v = p->tenants.tenants[i];
-        size_t held = atomic_load(&v->held), min = atomic_load(&v->min);
-        held_all += held;
-        if (v != t && min > held) {
-            owed += min - held;
-            owed_to = v;
-        }
-    }
-    if (owed > 0 && held_all + bytes + owed > p->device_total) {
-        char text[GP_SIZE_TEXT_MAX];
-        return gp_error_set(GP_ERR_MIN_GUARANTEE,
-                            "out of device memory for tenant '%s': request %s would leave %s of other tenants' "
-                            "guaranteed minimum unavailable (e.g. tenant '%s', min %s)",
-                            t->name, gp_format_size(request, text), gp_format_size(owed, (char[GP_SIZE_TEXT_MAX]){0}),
-                            owed_to->name, gp_format_size(atomic_load(&owed_to->min), (char[GP_SIZE_TEXT_MAX]){0}));
-    }
-    return GP_OK;
-}
+#include "provider/provider.h"
 
 /* ---- public calls ---------------------------------------------------------------------------------- */
 
@@ -239,7 +97,7 @@ GP_API int gp_tenant_set_limits(gp_pool *pool, const char *name, const gp_tenant
     store_limits(t, limits);
     size_t held = atomic_load(&t->held);
     if (limits->max != 0 && held > limits->max)
-        trim_tenant(p, t, held - limits->max); /* never a live block: only its cache */
+        gp_provider_trim_tenant(p, t, held - limits->max); /* never a live block: only its cache */
     gp_tenant_update_gate(t);
     pthread_mutex_unlock(&p->lock);
     return GP_OK;
@@ -254,12 +112,7 @@ GP_API int gp_tenant_push(gp_pool *pool, const char *name)
     gp_tenant *t = NULL;
     if ((rc = gp_tenant_find(p, name, "gp_tenant_push", &t)) != GP_OK)
         return rc;
-    if (tenant_depth >= GP_TENANT_STACK_MAX)
-        return gp_error_set(GP_ERR_INVALID, "gp_tenant_push: tenants nest at most %d deep in one thread",
-                            GP_TENANT_STACK_MAX);
-    tenant_stack[tenant_depth++] = (tenant_frame){p, t->index};
-    gp_tenant_thread_generation++;
-    return GP_OK;
+    return gp_current_tenant_push(p, t->index);
 }
 
 GP_API int gp_tenant_pop(gp_pool *pool)
@@ -268,14 +121,8 @@ GP_API int gp_tenant_pop(gp_pool *pool)
     int rc = gp_pool_enter(pool, "gp_tenant_pop", &p);
     if (rc != GP_OK)
         return rc;
-    for (unsigned i = tenant_depth; i-- > 0;) {
-        if (tenant_stack[i].pool != p)
-            continue;
-        memmove(&tenant_stack[i], &tenant_stack[i + 1], (tenant_depth - i - 1) * sizeof tenant_stack[0]);
-        tenant_depth--;
-        gp_tenant_thread_generation++;
+    if (gp_current_tenant_pop(p))
         return GP_OK;
-    }
     return gp_error_set(GP_ERR_INVALID, "gp_tenant_pop: this thread has no current tenant of this pool");
 }
 
@@ -294,7 +141,7 @@ GP_API int gp_tenant_bind_stream(gp_pool *pool, const char *name, gp_stream stre
     }
     gp_tenant_registry *reg = &p->tenants;
     pthread_mutex_lock(&p->lock);
-    gp_binding *b = find_binding(reg, stream);
+    gp_binding *b = gp_tenant_binding_find(reg, stream);
     if (b == NULL && index != GP_MAX_TENANTS) {
         unsigned used = 0;
         for (unsigned i = 0; i < reg->binding_capacity; i++)
@@ -307,7 +154,7 @@ GP_API int gp_tenant_bind_stream(gp_pool *pool, const char *name, gp_stream stre
         }
         b->handle = stream;
         atomic_init(&b->tenant, index);
-        unsigned s = binding_slot(stream, reg->binding_capacity);
+        unsigned s = gp_tenant_binding_slot(stream, reg->binding_capacity);
         while (atomic_load(&reg->bindings[s]) != NULL)
             s = (s + 1) & (reg->binding_capacity - 1);
         atomic_store_explicit(&reg->bindings[s], b, memory_order_release);

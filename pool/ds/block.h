@@ -70,10 +70,41 @@ typedef struct gp_segment {
     struct gp_segment *prev, *next; /* the pool's list of all segments, oldest first */
 } gp_segment;
 
+/* The streams a block is used on besides its owner, and the events recorded on them at its free. */
+static inline struct gp_stream_state **gp_block_uses(gp_block *b)
+{
+    return b->uses != NULL ? b->uses : b->uses_inline;
+}
+
+static inline gp_event *gp_block_events(gp_block *b)
+{
+    return b->events != NULL ? b->events : b->events_inline;
+}
+
 /* True when the segment is a single FREE block (so never for a virtual range with a hole). */
 static inline bool gp_segment_wholly_free(const gp_segment *seg)
 {
     return seg->first->state == GP_BLOCK_FREE && seg->first->size == seg->size;
 }
+
+/*
+ * A segment struct and its first block struct, zeroed and joined (seg->first->segment == seg), for a
+ * provider to fill in (gp_segment_place, provider/pool_state.h) once the device has given the memory;
+ * NULL when host memory is out. gp_segment_discard frees both again (the device call failed).
+ */
+gp_segment *gp_segment_new(void);
+void gp_segment_discard(gp_segment *seg);
+/* Frees a segment's metadata: every block (with its use arrays), the page table and the segment. */
+void gp_segment_free(gp_segment *seg);
+
+/* What gp_segment_check counts over one segment's blocks. */
+typedef struct gp_segment_tally {
+    size_t allocated, free_bytes, pending, live_blocks;
+} gp_segment_tally;
+
+/* gp_check's check of one segment (its owner locked): its blocks tile it as stated above, no two FREE
+ * blocks stand side by side, and each LIVE block is in its stream's map; adds its blocks to *tally.
+ * false with the broken invariant described in why[len]. */
+bool gp_segment_check(const gp_segment *seg, gp_segment_tally *tally, char *why, size_t len);
 
 #endif /* GP_BLOCK_H */

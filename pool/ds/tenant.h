@@ -1,6 +1,7 @@
 /*
- * tenant.h — tenants (one per model): names, limits, attribution of device memory, admission of
- * growth against max/high/min, and the calling thread's current tenant.
+ * tenant.h — tenants (one per model): names, limits, attribution of device memory and the registry
+ * of tenants and stream bindings (tenant.c). Admission of growth against max/high/min is a policy
+ * (policy/admission.h); the calling thread's current tenant is api/current.c.
  *
  * Attribution: every stream state belongs to one tenant (the pool keeps one state per (stream,
  * tenant) pair), so every segment, block and cached byte has exactly one tenant. held counts the device
@@ -50,31 +51,17 @@ typedef struct gp_tenant_registry {
     atomic_uint_fast64_t bind_epoch; /* bumped by every bind or unbind (state caches compare it) */
 } gp_tenant_registry;
 
-struct gp_pool_state;
-
 int gp_tenant_registry_init(gp_tenant_registry *reg, unsigned max_streams);
 void gp_tenant_registry_free(gp_tenant_registry *reg);
 
-/* The tenant of an allocation on `stream` by the calling thread: its current tenant of this pool, else
- * the stream's binding, else 0 ("default"). Lock-free. */
-unsigned gp_tenant_resolve(struct gp_pool_state *p, gp_stream stream);
-
-/* Bumped by every push and pop of the calling thread (state caches compare it). */
-extern _Thread_local uint64_t gp_tenant_thread_generation;
-
-/* The tenant named `name`; GP_ERR_INVALID with a message starting with `fn` when there is none. */
-int gp_tenant_find(struct gp_pool_state *p, const char *name, const char *fn, gp_tenant **out);
+/* The slot where a binding of `handle` starts its search (open addressing, capacity a power of two),
+ * and the binding of `handle` (NULL: unbound). Lock-free readers; bindings are written under the pool
+ * lock. */
+unsigned gp_tenant_binding_slot(gp_stream handle, unsigned capacity);
+gp_binding *gp_tenant_binding_find(const gp_tenant_registry *reg, gp_stream handle);
 
 /* Adds `bytes` (may be negative) to t's held bytes and raises its peak. */
 void gp_tenant_charge(gp_tenant *t, int64_t bytes);
-
-/*
- * May tenant t grow by `bytes`? Pool lock held, no stream lock. Trims t's own cache first when growth
- * would pass max or high. GP_OK, GP_ERR_PAUSED, GP_ERR_QUOTA (over max; message set; the caller counts
- * the refusal, once per failed allocation)
- * or GP_ERR_OOM (would eat into another tenant's min guarantee; message set).
- */
-int gp_tenant_admit(struct gp_pool_state *p, gp_tenant *t, size_t bytes, size_t request);
 
 /* May `bytes` of t's cached memory be taken for another tenant (t stays at or above its min)? */
 static inline bool gp_tenant_can_give(gp_tenant *t, size_t bytes)

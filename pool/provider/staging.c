@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "ds/pool_state.h"
+#include "provider/staging.h"
 
 /* jemalloc's extent hooks (jemalloc/jemalloc.h, extent_hooks_t), declared here so that the library does
  * not depend on the header at build time. */
@@ -156,4 +156,24 @@ const char *gp_staging_kind(gp_pool_state *p)
     (void)p;
     pthread_once(&je.once, open_jemalloc);
     return je.ok ? "jemalloc" : "host_alloc";
+}
+
+/* Copies every LIVE block of t's ranges to (to_host) or from staging, in range and address order. */
+int gp_staging_copy_live(gp_pool_state *p, gp_tenant *t, unsigned char *staging, bool to_host)
+{
+    size_t at = 0;
+    for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
+        if (seg->owner->tenant != t || seg->pages == NULL)
+            continue;
+        for (gp_block *b = seg->first; b != NULL; b = b->next) {
+            if (b->state != GP_BLOCK_LIVE)
+                continue;
+            int rc = to_host ? p->ops->copy_to_host(p->ctx, staging + at, b->addr, b->size)
+                             : p->ops->copy_to_device(p->ctx, b->addr, staging + at, b->size);
+            if (rc != GP_OK)
+                return rc;
+            at += b->size;
+        }
+    }
+    return GP_OK;
 }

@@ -1,6 +1,7 @@
 /*
- * vmm.c — the pool over virtual memory (backends vmm and sim-vmm): physical pages mapped behind
- * reserved address ranges, so that memory can be moved instead of allocated.
+ * vmm.c — the vmm provider (provider.h): the pool over virtual memory (backends vmm and sim-vmm),
+ * physical pages mapped behind reserved address ranges, so that memory can be moved instead of
+ * allocated. Stitching (step 2 below) is provider/stitch.c; pausing a range, for api/pause.c, is here.
  *
  * A stream's heap of one kind (small or large) grows in place: its ranges reserve far more address
  * space than they map (vmm_reserve, by default the device's whole memory), and a miss maps new pages
@@ -27,7 +28,9 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "ds/pool_state.h"
+#include "provider/pending.h"
+#include "provider/provider.h"
+#include "provider/vmm.h"
 
 static size_t div_up(size_t a, size_t b)
 {
@@ -70,7 +73,7 @@ static void page_put(gp_pool_state *p, gp_phys handle)
 }
 
 /* A page from the pool, or a new one from the device. */
-int gp_vmm_page_get(gp_pool_state *p, gp_phys *out)
+static int page_get(gp_pool_state *p, gp_phys *out)
 {
     if (p->pooled_count > 0) {
         *out = p->pooled[--p->pooled_count];
@@ -88,7 +91,7 @@ int gp_vmm_page_get(gp_pool_state *p, gp_phys *out)
 }
 
 /* Gives a page back to the device; on failure it stays in the page pool (nothing lost). */
-int gp_vmm_page_release(gp_pool_state *p, gp_phys handle)
+static int page_release(gp_pool_state *p, gp_phys handle)
 {
     int rc = p->ops->phys_release(p->ctx, handle);
     if (rc != GP_OK) {
@@ -161,7 +164,7 @@ static size_t map_front(gp_pool_state *p, gp_stream_state *st, gp_segment *seg, 
     size_t done = 0;
     for (; done < n; done++) {
         gp_phys handle;
-        *rc = gp_vmm_page_get(p, &handle);
+        *rc = page_get(p, &handle);
         if (*rc != GP_OK)
             break;
         uintptr_t va = u->addr + done * p->page;
@@ -217,7 +220,7 @@ static size_t unmap_pages(gp_pool_state *p, gp_stream_state *owner, gp_segment *
         atomic_fetch_add(&p->num_unmaps, 1);
         gp_phys handle = seg->pages[page_index(p, seg, va)];
         if (release)
-            gp_vmm_page_release(p, handle); /* a page the device refuses stays in the page pool */
+            page_release(p, handle); /* a page the device refuses stays in the page pool */
         else
             page_put(p, handle);
     }
@@ -252,13 +255,7 @@ static size_t unmap_pages(gp_pool_state *p, gp_stream_state *owner, gp_segment *
     return done;
 }
 
-/*
- * Unmaps up to `want` whole pages of FREE blocks anywhere in the pool (oldest ranges first), except
- * inside `keep` (NULL or a FREE block to leave alone) and in blocks free since after `idle_before`;
- * only in tenant `only` (NULL = any); for a `taker` (NULL = none), other tenants' pages only down to
- * their min. Returns the pages done; *rc gets the first failure.
- */
-static size_t unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *keep, uint64_t idle_before,
+size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *keep, uint64_t idle_before,
                                bool release, int *rc, const gp_tenant *only, const gp_tenant *taker)
 {
     size_t got = 0;
@@ -306,13 +303,9 @@ static int new_range(gp_pool_state *p, gp_stream_state *st, size_t bytes, bool s
 {
     size_t want = p->cfg.vmm_reserve != 0 ? p->cfg.vmm_reserve : p->device_total;
     want = gp_round_up(want > bytes ? want : bytes, p->page);
-    gp_segment *seg = calloc(1, sizeof *seg);
-    gp_block *u = calloc(1, sizeof *u);
-    if (seg == NULL || u == NULL) {
-        free(seg);
-        free(u);
+    gp_segment *seg = gp_segment_new();
+    if (seg == NULL)
         return gp_error_set(GP_ERR_OOM, "out of host memory for a virtual range");
-    }
     gp_devptr va = 0;
     int rc = p->ops->va_reserve(p->ctx, want, &va);
     if (rc == GP_ERR_OOM && want > gp_round_up(bytes, p->page)) { /* address space is short: just enough */
@@ -324,22 +317,10 @@ static int new_range(gp_pool_state *p, gp_stream_state *st, size_t bytes, bool s
         rc = gp_error_set(GP_ERR_OOM, "out of host memory for a page table of %zu pages", want / p->page);
     }
     if (rc != GP_OK) {
-        free(seg);
-        free(u);
+        gp_segment_discard(seg);
         return rc;
     }
-    seg->addr = va;
-    seg->size = want;
-    seg->small = small;
-    seg->serial = p->next_serial++;
-    seg->first = u;
-    seg->owner = st;
-    seg->mapped_bytes = 0;
-    u->addr = va;
-    u->size = want;
-    u->segment = seg;
-    u->state = GP_BLOCK_UNMAPPED;
-    gp_segment_link(p, seg);
+    gp_segment_place(p, seg, st, va, want, small, 0, GP_BLOCK_UNMAPPED);
     *out = seg;
     return GP_OK;
 }
@@ -367,7 +348,9 @@ static gp_block *growth_spot(gp_pool_state *p, gp_stream_state *st, size_t rsize
     return spot;
 }
 
-int gp_vmm_grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
+/* Makes a FREE block of at least `rsize` in st's heap of kind `small` by mapping pooled, stitched or
+ * new physical pages into st's ranges. */
+static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
 {
     pthread_mutex_lock(&st->lock);
     size_t pages = 0;
@@ -384,31 +367,11 @@ int gp_vmm_grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
         pages = div_up(rsize, p->page);
         keep = NULL;
     }
-    rc = gp_tenant_admit(p, st->tenant, pages * p->page, rsize);
+    rc = gp_provider_admit(p, st->tenant, pages * p->page, rsize);
     if (rc != GP_OK)
         return rc;
-    /* Pages beyond the pool's come from the device while the pool stays under its cache cap; past it,
-     * from free pages elsewhere (stitching), as many as keep it under the cap. Every stitch raises the
-     * cap by the pages it moved (stitch_allowance): a working set that needs more memory than the cap
-     * stitches once and then grows, instead of moving the same pages back and forth every step. */
-    if (p->cfg.defrag && pages > p->pooled_count) {
-        size_t cap = gp_cache_cap(p, rsize);
-        if (cap != SIZE_MAX)
-            cap += p->stitch_allowance;
-        size_t after = atomic_load(&p->reserved) + (pages - p->pooled_count) * p->page;
-        if (cap != SIZE_MAX && after > cap) {
-            int urc = GP_OK;
-            gp_collect_all_pending(p); /* quick-listed blocks hide whole free pages */
-            size_t want = div_up(after - cap, p->page);
-            if (want > pages - p->pooled_count)
-                want = pages - p->pooled_count;
-            size_t moved = unmap_free_pages(p, want, keep, UINT64_MAX, false, &urc, NULL, st->tenant);
-            if (moved > 0) {
-                atomic_fetch_add(&p->num_stitches, 1);
-                p->stitch_allowance += moved * p->page;
-            }
-        }
-    }
+    if (p->cfg.defrag && pages > p->pooled_count)
+        gp_stitch(p, st, rsize, pages, keep);
     pthread_mutex_lock(&st->lock);
     assert(spot->state == GP_BLOCK_UNMAPPED); /* only pool-lock holders change UNMAPPED blocks */
     size_t done = map_front(p, st, spot->segment, spot, pages, &rc);
@@ -419,7 +382,7 @@ int gp_vmm_grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
         /* The device is full: every free page anywhere may serve, then try the rest again. */
         int urc = GP_OK;
         gp_collect_all_pending(p);
-        unmap_free_pages(p, pages - done, NULL, UINT64_MAX, false, &urc, NULL, st->tenant);
+        gp_vmm_unmap_free_pages(p, pages - done, NULL, UINT64_MAX, false, &urc, NULL, st->tenant);
         pthread_mutex_lock(&st->lock);
         spot = growth_spot(p, st, rsize, small, &pages);
         done = spot != NULL ? map_front(p, st, spot->segment, spot, pages, &rc) : 0;
@@ -429,6 +392,32 @@ int gp_vmm_grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
     }
     return rc != GP_OK ? rc : gp_error_set(GP_ERR_OOM, "could not map %zu pages", pages);
 }
+
+/* The allocation slow path on a virtual memory backend: grow in place, stitch, or map new pages. A
+ * fast path on st may take the new memory between growth and adoption, so growth is retried. */
+static int alloc_vmm(gp_pool_state *p, gp_stream_state *st, size_t size, size_t rsize, bool small, void **out)
+{
+    gp_block *b = gp_provider_take(p, st, NULL, small, rsize, size);
+    int rc = GP_OK;
+    for (int attempt = 0; b == NULL && attempt < 3; attempt++) {
+        rc = grow(p, st, rsize, small);
+        if (rc != GP_OK)
+            break;
+        b = gp_provider_take(p, st, NULL, small, rsize, size);
+    }
+    if (b != NULL) {
+        *out = (void *)b->addr;
+        return GP_OK;
+    }
+    if (rc == GP_OK)
+        rc = gp_error_set(GP_ERR_OOM, "out of host memory for block metadata");
+    if (rc == GP_ERR_MIN_GUARANTEE) {
+        atomic_fetch_add(&p->num_ooms, 1);
+        return GP_ERR_OOM;
+    }
+    return rc == GP_ERR_OOM ? gp_provider_out_of_memory(p, size, st->handle) : rc;
+}
+
 
 /* ---- giving memory back ------------------------------------------------------------------------ */
 
@@ -449,7 +438,7 @@ static void release_empty_ranges(gp_pool_state *p)
     }
 }
 
-size_t gp_vmm_release(gp_pool_state *p, size_t keep, uint64_t idle_before, int *failed)
+static size_t release(gp_pool_state *p, size_t keep, uint64_t idle_before, int *failed)
 {
     size_t before = atomic_load(&p->reserved);
     *failed = GP_OK;
@@ -467,7 +456,7 @@ size_t gp_vmm_release(gp_pool_state *p, size_t keep, uint64_t idle_before, int *
         p->pooled[i] = p->pooled[p->pooled_count - 1];
         p->pooled_since[i] = p->pooled_since[p->pooled_count - 1];
         p->pooled_count--;
-        int rc = gp_vmm_page_release(p, handle); /* on failure the page is pooled again at the end */
+        int rc = page_release(p, handle); /* on failure the page is pooled again at the end */
         if (rc != GP_OK) {
             if (*failed == GP_OK)
                 *failed = rc;
@@ -477,7 +466,7 @@ size_t gp_vmm_release(gp_pool_state *p, size_t keep, uint64_t idle_before, int *
     size_t cached = atomic_load(&p->reserved) - gp_allocated_estimate(p);
     if (cached > keep) {
         int rc = GP_OK;
-        unmap_free_pages(p, div_up(cached - keep, p->page), NULL, idle_before, true, &rc, NULL, NULL);
+        gp_vmm_unmap_free_pages(p, div_up(cached - keep, p->page), NULL, idle_before, true, &rc, NULL, NULL);
         if (rc != GP_OK && *failed == GP_OK)
             *failed = rc;
     }
@@ -486,16 +475,16 @@ size_t gp_vmm_release(gp_pool_state *p, size_t keep, uint64_t idle_before, int *
     return before > after ? before - after : 0;
 }
 
-size_t gp_vmm_release_tenant(gp_pool_state *p, gp_tenant *t, size_t want, int *failed)
+static size_t release_tenant(gp_pool_state *p, gp_tenant *t, size_t want, int *failed)
 {
     size_t before = atomic_load(&p->reserved);
     *failed = GP_OK;
-    unmap_free_pages(p, div_up(want, p->page), NULL, UINT64_MAX, true, failed, t, NULL);
+    gp_vmm_unmap_free_pages(p, div_up(want, p->page), NULL, UINT64_MAX, true, failed, t, NULL);
     size_t after = atomic_load(&p->reserved);
     return before > after ? before - after : 0;
 }
 
-size_t gp_vmm_destroy(gp_pool_state *p, int *failed)
+static size_t destroy(gp_pool_state *p, int *failed)
 {
     size_t lost = 0;
     for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
@@ -538,7 +527,7 @@ size_t gp_vmm_destroy(gp_pool_state *p, int *failed)
     return lost;
 }
 
-const char *gp_vmm_check_segment(gp_pool_state *p, gp_segment *seg)
+static const char *check_segment(gp_pool_state *p, gp_segment *seg)
 {
     if (seg->paused) { /* mapped: the pages outside UNMAPPED blocks that have a handle again */
         size_t mapped = 0;
@@ -564,4 +553,76 @@ const char *gp_vmm_check_segment(gp_pool_state *p, gp_segment *seg)
     if (seg->mapped_bytes != seg->size - unmapped)
         return "mapped_bytes disagrees with the unmapped blocks";
     return NULL;
+}
+
+const gp_provider gp_provider_vmm = {
+    .name = "vmm",
+    .pages = true,
+    .alloc = alloc_vmm,
+    .release = release,
+    .release_tenant = release_tenant,
+    .destroy = destroy,
+    .check_segment = check_segment,
+};
+
+/* ---- pausing a range (api/pause.c) ------------------------------------------------------------- */
+
+/* True for a page of seg that lies in no UNMAPPED block (it had memory when the range was paused). */
+static bool page_in_use(const gp_segment *seg, uintptr_t va)
+{
+    for (const gp_block *b = seg->first; b != NULL; b = b->next)
+        if (va >= b->addr && va < b->addr + b->size)
+            return b->state != GP_BLOCK_UNMAPPED;
+    return false;
+}
+
+/* Maps fresh pages at every in-use page of seg that has none; the range is unpaused once all have. */
+int gp_vmm_resume_range(gp_pool_state *p, gp_segment *seg)
+{
+    size_t pages = seg->size / p->page;
+    for (size_t i = 0; i < pages; i++) {
+        uintptr_t va = seg->addr + i * p->page;
+        if (seg->pages[i] != GP_PHYS_NONE || !page_in_use(seg, va))
+            continue;
+        gp_phys handle;
+        int rc = page_get(p, &handle);
+        if (rc != GP_OK)
+            return rc;
+        rc = p->ops->map(p->ctx, va, p->page, handle);
+        if (rc != GP_OK) {
+            page_release(p, handle);
+            return rc;
+        }
+        seg->pages[i] = handle;
+        atomic_fetch_add(&p->num_maps, 1);
+        seg->mapped_bytes += p->page;
+        p->paused_bytes -= p->page;
+        gp_tenant_charge(seg->owner->tenant, (int64_t)p->page);
+    }
+    seg->paused = false;
+    return GP_OK;
+}
+
+/* Unmaps and releases every in-use page of seg (marking each GP_PHYS_NONE), stopping at a failure. */
+int gp_vmm_pause_range(gp_pool_state *p, gp_segment *seg)
+{
+    size_t pages = seg->size / p->page;
+    seg->paused = true;
+    for (size_t i = 0; i < pages; i++) {
+        uintptr_t va = seg->addr + i * p->page;
+        if (!page_in_use(seg, va))
+            continue;
+        if (seg->pages[i] == GP_PHYS_NONE)
+            continue; /* a paused range that failed to resume part-way */
+        int rc = p->ops->unmap(p->ctx, va, p->page);
+        if (rc != GP_OK)
+            return rc;
+        atomic_fetch_add(&p->num_unmaps, 1);
+        seg->mapped_bytes -= p->page;
+        p->paused_bytes += p->page;
+        gp_tenant_charge(seg->owner->tenant, -(int64_t)p->page);
+        page_release(p, seg->pages[i]);
+        seg->pages[i] = GP_PHYS_NONE;
+    }
+    return GP_OK;
 }

@@ -35,9 +35,9 @@
 #include <string.h>
 #include <sys/types.h>
 
+#include "api/api.h"
 #include "base/error.h"
 #include "gpupool.h"
-#include "ds/pool_state.h"
 
 /* Exported for dlsym/ctypes; declared here since no C caller includes them. */
 GP_API void *gp_torch_malloc(ssize_t size, int device, void *stream);
@@ -196,8 +196,8 @@ void gp_torch_set_memory_fraction(double fraction, int device)
         remember_failure(1);
         return;
     }
-    gp_pool_state *p;
-    if (gp_pool_enter(pool, "gp_torch_set_memory_fraction", &p) != GP_OK) {
+    size_t device_total = 0;
+    if (gp_pool_device_total(pool, "gp_torch_set_memory_fraction", &device_total) != GP_OK) {
         remember_failure(1);
         return;
     }
@@ -211,7 +211,7 @@ void gp_torch_set_memory_fraction(double fraction, int device)
     }
     size_t cap = 0;
     if (fraction < 1.0) {
-        cap = (size_t)(fraction * (double)p->device_total);
+        cap = (size_t)(fraction * (double)device_total);
         if (cap == 0)
             cap = 1; /* fraction 0: nothing may be held (0 would mean "no limit") */
     }
