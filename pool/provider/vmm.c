@@ -30,271 +30,8 @@
 #include "base/error.h"
 #include "provider/pending.h"
 #include "provider/provider.h"
+#include "provider/pages.h"
 #include "provider/vmm.h"
-
-static size_t div_up(size_t a, size_t b)
-{
-    return (a + b - 1) / b;
-}
-
-static size_t page_index(const gp_pool_state *p, const gp_segment *seg, uintptr_t addr)
-{
-    return (addr - seg->addr) / p->page;
-}
-
-/* ---- the page pool ---------------------------------------------------------------------------- */
-
-/* Keeps room for every physical page in the pool array, so that putting a page back never fails. */
-static bool page_pool_reserve(gp_pool_state *p)
-{
-    size_t pages = atomic_load(&p->reserved) / p->page + 1;
-    if (pages <= p->pooled_capacity)
-        return true;
-    size_t capacity = p->pooled_capacity ? p->pooled_capacity * 2 : 64;
-    while (capacity < pages)
-        capacity *= 2;
-    gp_phys *pooled = realloc(p->pooled, capacity * sizeof *pooled);
-    if (pooled == NULL)
-        return false;
-    p->pooled = pooled;
-    uint64_t *since = realloc(p->pooled_since, capacity * sizeof *since);
-    if (since == NULL)
-        return false;
-    p->pooled_since = since;
-    p->pooled_capacity = capacity;
-    return true;
-}
-
-static void page_put(gp_pool_state *p, gp_phys handle)
-{
-    assert(p->pooled_count < p->pooled_capacity);
-    p->pooled_since[p->pooled_count] = atomic_load(&p->coarse_now);
-    p->pooled[p->pooled_count++] = handle;
-}
-
-/* A page from the pool, or a new one from the device. */
-static int page_get(gp_pool_state *p, gp_phys *out)
-{
-    if (p->pooled_count > 0) {
-        *out = p->pooled[--p->pooled_count];
-        return GP_OK;
-    }
-    if (!page_pool_reserve(p))
-        return gp_error_set(GP_ERR_OOM, "out of host memory for the page pool");
-    int rc = p->ops->phys_create(p->ctx, p->page, out);
-    if (rc != GP_OK)
-        return rc;
-    size_t reserved = atomic_fetch_add(&p->reserved, p->page) + p->page;
-    gp_raise_peak(&p->reserved_peak, reserved);
-    atomic_fetch_add(&p->num_device_allocs, 1);
-    return GP_OK;
-}
-
-/* Gives a page back to the device; on failure it stays in the page pool (nothing lost). */
-static int page_release(gp_pool_state *p, gp_phys handle)
-{
-    int rc = p->ops->phys_release(p->ctx, handle);
-    if (rc != GP_OK) {
-        page_put(p, handle);
-        return rc;
-    }
-    atomic_fetch_sub(&p->reserved, p->page);
-    atomic_fetch_add(&p->num_device_frees, 1);
-    return GP_OK;
-}
-
-/* ---- block surgery (owner locked) ------------------------------------------------------------- */
-
-/* Splits b at `offset` into b and a new block `right` (given, so that this cannot fail) of the same
- * state, linked after it. Neither is put on a list. */
-static gp_block *split_at(gp_block *b, size_t offset, gp_block *right)
-{
-    assert(offset > 0 && offset < b->size);
-    right->addr = b->addr + offset;
-    right->size = b->size - offset;
-    right->segment = b->segment;
-    right->state = b->state;
-    right->free_since = b->free_since;
-    right->prev = b;
-    right->next = b->next;
-    if (b->next != NULL)
-        b->next->prev = right;
-    b->next = right;
-    b->size = offset;
-    return right;
-}
-
-/* Merges the UNMAPPED block b with UNMAPPED neighbours; returns the result. */
-static gp_block *merge_unmapped(gp_block_cache *cache, gp_block *b)
-{
-    assert(b->state == GP_BLOCK_UNMAPPED);
-    if (b->next != NULL && b->next->state == GP_BLOCK_UNMAPPED) {
-        gp_block *right = b->next;
-        b->size += right->size;
-        b->next = right->next;
-        if (right->next != NULL)
-            right->next->prev = b;
-        gp_block_recycle(cache, right);
-    }
-    if (b->prev != NULL && b->prev->state == GP_BLOCK_UNMAPPED) {
-        gp_block *left = b->prev;
-        left->size += b->size;
-        left->next = b->next;
-        if (b->next != NULL)
-            b->next->prev = left;
-        gp_block_recycle(cache, b);
-        b = left;
-    }
-    return b;
-}
-
-/*
- * Maps up to n pages at the front of the UNMAPPED block u of seg (owner st locked) and turns them into
- * FREE memory of st's heap, coalesced with a FREE block before them. Returns the pages mapped; stops at
- * the first failure, with *rc set.
- */
-static size_t map_front(gp_pool_state *p, gp_stream_state *st, gp_segment *seg, gp_block *u, size_t n, int *rc)
-{
-    assert(u->state == GP_BLOCK_UNMAPPED && n * p->page <= u->size);
-    gp_block *rest = n * p->page < u->size ? gp_block_new(&st->blocks) : NULL;
-    if (n * p->page < u->size && rest == NULL) {
-        *rc = gp_error_set(GP_ERR_OOM, "out of host memory for block metadata");
-        return 0;
-    }
-    size_t done = 0;
-    for (; done < n; done++) {
-        gp_phys handle;
-        *rc = page_get(p, &handle);
-        if (*rc != GP_OK)
-            break;
-        uintptr_t va = u->addr + done * p->page;
-        *rc = p->ops->map(p->ctx, va, p->page, handle);
-        if (*rc != GP_OK) {
-            page_put(p, handle);
-            break;
-        }
-        seg->pages[page_index(p, seg, va)] = handle;
-        atomic_fetch_add(&p->num_maps, 1);
-    }
-    if (done == 0) {
-        if (rest != NULL)
-            gp_block_recycle(&st->blocks, rest);
-        return 0;
-    }
-    if (done * p->page < u->size)
-        split_at(u, done * p->page, rest != NULL ? rest : gp_block_new(&st->blocks));
-    else if (rest != NULL)
-        gp_block_recycle(&st->blocks, rest);
-    seg->mapped_bytes += done * p->page;
-    gp_tenant_charge(st->tenant, (int64_t)(done * p->page));
-    gp_block *merged = gp_heap_release(gp_heap_of(st, seg->small), &st->blocks, u);
-    merged->free_since = atomic_load(&p->coarse_now);
-    return done;
-}
-
-/*
- * Unmaps the n whole pages starting at `first` inside the FREE block b of seg (owner locked): the
- * handles go to the page pool or, with `release`, back to the device. Returns the pages done; stops at
- * the first failure (*rc), leaving the rest of b FREE.
- */
-static size_t unmap_pages(gp_pool_state *p, gp_stream_state *owner, gp_segment *seg, gp_block *b, uintptr_t first,
-                          size_t n, bool release, int *rc)
-{
-    assert(b->state == GP_BLOCK_FREE && first >= b->addr && first + n * p->page <= b->addr + b->size);
-    gp_block *spare[2] = {gp_block_new(&owner->blocks), gp_block_new(&owner->blocks)};
-    if (spare[0] == NULL || spare[1] == NULL) {
-        for (int i = 0; i < 2; i++)
-            if (spare[i] != NULL)
-                gp_block_recycle(&owner->blocks, spare[i]);
-        *rc = gp_error_set(GP_ERR_OOM, "out of host memory for block metadata");
-        return 0;
-    }
-    gp_heap *heap = gp_heap_of(owner, seg->small);
-    gp_heap_remove(heap, b); /* off the lists: nobody can allocate it while it is cut */
-    size_t done = 0;
-    for (; done < n; done++) {
-        uintptr_t va = first + done * p->page;
-        *rc = p->ops->unmap(p->ctx, va, p->page);
-        if (*rc != GP_OK)
-            break;
-        atomic_fetch_add(&p->num_unmaps, 1);
-        gp_phys handle = seg->pages[page_index(p, seg, va)];
-        if (release)
-            page_release(p, handle); /* a page the device refuses stays in the page pool */
-        else
-            page_put(p, handle);
-    }
-    if (done == 0) {
-        gp_heap_insert(heap, b);
-        gp_block_recycle(&owner->blocks, spare[0]);
-        gp_block_recycle(&owner->blocks, spare[1]);
-        return 0;
-    }
-    gp_block *mid = b, *left = NULL, *right = NULL;
-    int used = 0;
-    if (first > b->addr) {
-        left = b;
-        mid = split_at(b, first - b->addr, spare[used++]);
-    }
-    if (mid->size > done * p->page)
-        right = split_at(mid, done * p->page, spare[used++]);
-    for (int i = used; i < 2; i++)
-        gp_block_recycle(&owner->blocks, spare[i]);
-    mid->state = GP_BLOCK_UNMAPPED;
-    if (left != NULL)
-        gp_heap_insert(heap, left);
-    if (right != NULL)
-        gp_heap_insert(heap, right);
-    if (mid->prev == NULL)
-        seg->first = mid;
-    mid = merge_unmapped(&owner->blocks, mid);
-    if (mid->prev == NULL)
-        seg->first = mid;
-    seg->mapped_bytes -= done * p->page;
-    gp_tenant_charge(owner->tenant, -(int64_t)(done * p->page));
-    return done;
-}
-
-size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *keep, uint64_t idle_before,
-                               bool release, int *rc, const gp_tenant *only, const gp_tenant *taker)
-{
-    size_t got = 0;
-    for (gp_segment *seg = p->segments_head; seg != NULL && got < want; seg = seg->next) {
-        gp_stream_state *owner = seg->owner;
-        if (seg->pages == NULL || seg->paused || (only != NULL && owner->tenant != only))
-            continue;
-        bool others = taker != NULL && owner->tenant != taker;
-        pthread_mutex_lock(&owner->lock);
-        bool progress = true;
-        while (progress && got < want) {
-            progress = false;
-            for (gp_block *b = seg->first; b != NULL; b = b->next) {
-                if (b->state != GP_BLOCK_FREE || b == keep || b->free_since > idle_before)
-                    continue;
-                uintptr_t first = seg->addr + div_up(b->addr - seg->addr, p->page) * p->page;
-                uintptr_t end = seg->addr + (b->addr + b->size - seg->addr) / p->page * p->page;
-                if (end <= first)
-                    continue;
-                size_t n = (end - first) / p->page;
-                if (n > want - got)
-                    n = want - got;
-                while (others && n > 0 && !gp_tenant_can_give(owner->tenant, n * p->page))
-                    n--;
-                if (n == 0)
-                    continue;
-                int one = GP_OK;
-                size_t done = unmap_pages(p, owner, seg, b, first, n, release, &one);
-                got += done;
-                if (one != GP_OK && *rc == GP_OK)
-                    *rc = one;
-                progress = done > 0; /* the chain changed: rescan the range */
-                break;
-            }
-        }
-        pthread_mutex_unlock(&owner->lock);
-    }
-    return got;
-}
 
 /* ---- growth ----------------------------------------------------------------------------------- */
 
@@ -338,7 +75,7 @@ static gp_block *growth_spot(gp_pool_state *p, gp_stream_state *st, size_t rsize
             if (b->state != GP_BLOCK_UNMAPPED)
                 continue;
             size_t before = b->prev != NULL && b->prev->state == GP_BLOCK_FREE ? b->prev->size : 0;
-            size_t need = rsize > before ? div_up(rsize - before, p->page) : 1;
+            size_t need = rsize > before ? gp_div_up(rsize - before, p->page) : 1;
             if (need * p->page <= b->size && need < *pages) {
                 spot = b;
                 *pages = need;
@@ -364,7 +101,7 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
         if (rc != GP_OK)
             return rc;
         spot = seg->first;
-        pages = div_up(rsize, p->page);
+        pages = gp_div_up(rsize, p->page);
         keep = NULL;
     }
     rc = gp_provider_admit(p, st->tenant, pages * p->page, rsize);
@@ -374,7 +111,7 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
         gp_stitch(p, st, rsize, pages, keep);
     pthread_mutex_lock(&st->lock);
     assert(spot->state == GP_BLOCK_UNMAPPED); /* only pool-lock holders change UNMAPPED blocks */
-    size_t done = map_front(p, st, spot->segment, spot, pages, &rc);
+    size_t done = gp_pages_map_front(p, st, spot->segment, spot, pages, &rc);
     pthread_mutex_unlock(&st->lock);
     if (done == pages)
         return GP_OK;
@@ -385,7 +122,7 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
         gp_vmm_unmap_free_pages(p, pages - done, NULL, UINT64_MAX, false, &urc, NULL, st->tenant);
         pthread_mutex_lock(&st->lock);
         spot = growth_spot(p, st, rsize, small, &pages);
-        done = spot != NULL ? map_front(p, st, spot->segment, spot, pages, &rc) : 0;
+        done = spot != NULL ? gp_pages_map_front(p, st, spot->segment, spot, pages, &rc) : 0;
         pthread_mutex_unlock(&st->lock);
         if (spot != NULL && done == pages)
             return GP_OK;
@@ -456,7 +193,7 @@ static size_t release(gp_pool_state *p, size_t keep, uint64_t idle_before, int *
         p->pooled[i] = p->pooled[p->pooled_count - 1];
         p->pooled_since[i] = p->pooled_since[p->pooled_count - 1];
         p->pooled_count--;
-        int rc = page_release(p, handle); /* on failure the page is pooled again at the end */
+        int rc = gp_page_release(p, handle); /* on failure the page is pooled again at the end */
         if (rc != GP_OK) {
             if (*failed == GP_OK)
                 *failed = rc;
@@ -466,7 +203,7 @@ static size_t release(gp_pool_state *p, size_t keep, uint64_t idle_before, int *
     size_t cached = atomic_load(&p->reserved) - gp_allocated_estimate(p);
     if (cached > keep) {
         int rc = GP_OK;
-        gp_vmm_unmap_free_pages(p, div_up(cached - keep, p->page), NULL, idle_before, true, &rc, NULL, NULL);
+        gp_vmm_unmap_free_pages(p, gp_div_up(cached - keep, p->page), NULL, idle_before, true, &rc, NULL, NULL);
         if (rc != GP_OK && *failed == GP_OK)
             *failed = rc;
     }
@@ -479,7 +216,7 @@ static size_t release_tenant(gp_pool_state *p, gp_tenant *t, size_t want, int *f
 {
     size_t before = atomic_load(&p->reserved);
     *failed = GP_OK;
-    gp_vmm_unmap_free_pages(p, div_up(want, p->page), NULL, UINT64_MAX, true, failed, t, NULL);
+    gp_vmm_unmap_free_pages(p, gp_div_up(want, p->page), NULL, UINT64_MAX, true, failed, t, NULL);
     size_t after = atomic_load(&p->reserved);
     return before > after ? before - after : 0;
 }
@@ -500,11 +237,11 @@ static size_t destroy(gp_pool_state *p, int *failed)
         for (uintptr_t va = seg->addr; va < seg->addr + seg->size; va += p->page) {
             while (b->addr + b->size <= va)
                 b = b->next;
-            if (b->state == GP_BLOCK_UNMAPPED || seg->pages[page_index(p, seg, va)] == GP_PHYS_NONE)
+            if (b->state == GP_BLOCK_UNMAPPED || seg->pages[gp_page_index(p, seg, va)] == GP_PHYS_NONE)
                 continue; /* unmapped blocks are whole pages; paused ranges may have pages without memory */
             int rc = p->ops->unmap(p->ctx, va, p->page);
             if (rc == GP_OK)
-                rc = p->ops->phys_release(p->ctx, seg->pages[page_index(p, seg, va)]);
+                rc = p->ops->phys_release(p->ctx, seg->pages[gp_page_index(p, seg, va)]);
             if (rc != GP_OK) {
                 lost += p->page;
                 clean = false;
@@ -535,7 +272,7 @@ static const char *check_segment(gp_pool_state *p, gp_segment *seg)
         for (uintptr_t va = seg->addr; va < seg->addr + seg->size; va += p->page) {
             while (b->addr + b->size <= va)
                 b = b->next;
-            if (b->state != GP_BLOCK_UNMAPPED && seg->pages[page_index(p, seg, va)] != GP_PHYS_NONE)
+            if (b->state != GP_BLOCK_UNMAPPED && seg->pages[gp_page_index(p, seg, va)] != GP_PHYS_NONE)
                 mapped += p->page;
         }
         return mapped == seg->mapped_bytes ? NULL : "a paused range's mapped_bytes disagrees with its pages";
@@ -585,12 +322,12 @@ int gp_vmm_resume_range(gp_pool_state *p, gp_segment *seg)
         if (seg->pages[i] != GP_PHYS_NONE || !page_in_use(seg, va))
             continue;
         gp_phys handle;
-        int rc = page_get(p, &handle);
+        int rc = gp_page_get(p, &handle);
         if (rc != GP_OK)
             return rc;
         rc = p->ops->map(p->ctx, va, p->page, handle);
         if (rc != GP_OK) {
-            page_release(p, handle);
+            gp_page_release(p, handle);
             return rc;
         }
         seg->pages[i] = handle;
@@ -621,7 +358,7 @@ int gp_vmm_pause_range(gp_pool_state *p, gp_segment *seg)
         seg->mapped_bytes -= p->page;
         p->paused_bytes += p->page;
         gp_tenant_charge(seg->owner->tenant, -(int64_t)p->page);
-        page_release(p, seg->pages[i]);
+        gp_page_release(p, seg->pages[i]);
         seg->pages[i] = GP_PHYS_NONE;
     }
     return GP_OK;

@@ -2,9 +2,9 @@
  * backend_sim.c — the "sim" and "sim-vmm" backends (gp_backend_sim, gp_backend_sim_vmm) and the public
  * gp_sim_* API of gpupool_sim.h.
  *
- * This file owns the sim's lifetime, its lock, call counting, fault injection and the report; device
- * memory lives in sim_memory.c ("sim") or sim_vmm.c ("sim-vmm"), streams/events/virtual time and the
- * race checker in sim_clock.c. "sim-vmm" is "sim" plus the virtual memory operations of backend.h;
+ * This file owns the sim's lifetime, its lock, call counting and fault injection; device memory lives
+ * in sim_memory.c ("sim") or sim_vmm.c ("sim-vmm"), streams/events/virtual time and the race checker
+ * in sim_clock.c, the first violation's text in sim_violation.c, the report in sim_report.c. "sim-vmm" is "sim" plus the virtual memory operations of backend.h;
  * its mem_alloc/mem_free/mem_info work too, on the same physical memory.
  *
  * Lifetime: open() creates the sim with one reference, the pool's; close() records leaks, marks the
@@ -40,26 +40,6 @@
 #include "base/error.h"
 #include "base/format.h"
 
-const char *gpsim_kernel_op_name(int kernel_op)
-{
-    switch (kernel_op) {
-    case GP_SIM_READ: return "READ";
-    case GP_SIM_WRITE: return "WRITE";
-    case GP_SIM_CHECK: return "CHECK";
-    default: return "?";
-    }
-}
-
-void gpsim_violation(gp_sim *sim, const char *fmt, ...)
-{
-    if (sim->first_violation[0] != '\0')
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(sim->first_violation, sizeof sim->first_violation, fmt, ap);
-    va_end(ap);
-}
-
 static void lock(gp_sim *sim)
 {
     int rc = pthread_mutex_lock(&sim->lock);
@@ -72,12 +52,6 @@ static void unlock(gp_sim *sim)
     int rc = pthread_mutex_unlock(&sim->lock);
     assert(rc == 0);
     (void)rc;
-}
-
-/* The bytes of device memory allocated now: physical memory with "sim-vmm". */
-static size_t allocated_bytes(const gp_sim *sim)
-{
-    return sim->vmm != NULL ? sim->vmm->allocated_bytes : sim->memory.allocated_bytes;
 }
 
 static size_t capacity_of(const gp_sim *sim)
@@ -201,7 +175,7 @@ static void sim_close(void *ctx)
         unlock(sim);
         return;
     }
-    sim->leaked_bytes_at_close = allocated_bytes(sim);
+    sim->leaked_bytes_at_close = gpsim_allocated_bytes(sim);
     sim->leaked_events_at_close = gpsim_event_count(sim);
     char text[GP_SIZE_TEXT_MAX];
     if (sim->vmm == NULL) {
@@ -272,7 +246,7 @@ static int sim_mem_info(void *ctx, size_t *free_bytes, size_t *total_bytes)
     if (rc == GP_OK && (free_bytes == NULL || total_bytes == NULL))
         rc = bad_call(sim, "mem_info: NULL out-pointer");
     if (rc == GP_OK) {
-        *free_bytes = capacity_of(sim) - allocated_bytes(sim);
+        *free_bytes = capacity_of(sim) - gpsim_allocated_bytes(sim);
         *total_bytes = capacity_of(sim);
     }
     unlock(sim);
@@ -781,45 +755,4 @@ GP_API uint64_t gp_sim_faults_injected(gp_sim *sim)
     uint64_t faults = sim->faults_injected;
     unlock(sim);
     return faults;
-}
-
-GP_API void gp_sim_get_report(gp_sim *sim, gp_sim_report *out)
-{
-    if (out == NULL)
-        return;
-    memset(out, 0, sizeof *out);
-    if (sim == NULL)
-        return;
-    lock(sim);
-    out->races = sim->races;
-    out->pattern_mismatches = sim->pattern_mismatches;
-    out->bad_calls = sim->bad_calls;
-    out->allocated_bytes = allocated_bytes(sim);
-    out->allocated_peak = sim->vmm != NULL ? sim->vmm->allocated_peak : sim->memory.allocated_peak;
-    out->allocations = sim->vmm != NULL ? sim->vmm->allocations.count : sim->memory.ledger_count;
-    out->events = gpsim_event_count(sim);
-    out->leaked_bytes_at_close = sim->leaked_bytes_at_close;
-    out->leaked_events_at_close = sim->leaked_events_at_close;
-    out->closed = sim->closed;
-    if (sim->vmm != NULL) {
-        out->handles = sim->vmm->handle_count;
-        out->mappings = sim->vmm->mappings.count;
-        out->reservations = sim->vmm->reservations.count;
-        out->mapped_bytes = sim->vmm->mapped_bytes;
-        out->reserved_bytes = sim->vmm->reserved_bytes;
-    }
-    out->leaked_handles_at_close = sim->leaked_handles_at_close;
-    out->leaked_mappings_at_close = sim->leaked_mappings_at_close;
-    out->leaked_reservations_at_close = sim->leaked_reservations_at_close;
-    unlock(sim);
-}
-
-GP_API const char *gp_sim_first_violation(gp_sim *sim)
-{
-    if (sim == NULL)
-        return "";
-    lock(sim);
-    const char *text = sim->first_violation; /* written once, then stable until the last release */
-    unlock(sim);
-    return text;
 }

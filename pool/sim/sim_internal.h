@@ -307,9 +307,11 @@ struct gp_sim {
     char first_violation[GPSIM_VIOLATION_MAX]; /* written once, "" until the first violation */
 };
 
-/* Keeps the first violation's text (backend_sim.c). Counters are bumped by the caller. */
+/* Keeps the first violation's text (sim_violation.c). Counters are bumped by the caller. */
 void gpsim_violation(gp_sim *sim, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 const char *gpsim_kernel_op_name(int kernel_op);
+/* The bytes of device memory allocated now: physical memory with "sim-vmm" (sim_report.c). */
+size_t gpsim_allocated_bytes(const gp_sim *sim);
 
 #endif /* GP_SIM_INTERNAL_H */
