@@ -1,5 +1,6 @@
 /*
- * stats.c — consistent snapshots of the pool's counters, as a struct, as JSON, and as text.
+ * stats.c — consistent snapshots of the pool's counters, as a struct, as JSON, and as text; the JSON
+ * keys and the printed lines come from GP_STATS_FIELDS (gpupool.h), the one list of the fields.
  * Key names follow PyTorch's torch.cuda.memory_stats where the meaning is the same.
  */
 #include <assert.h>
@@ -80,14 +81,6 @@ GP_API int gp_get_stats(gp_pool *pool, gp_stats *stats)
     return GP_OK;
 }
 
-/* The scalar fields, named as in JSON, in order. */
-#define GP_STATS_FIELDS(X)                                                                                     \
-    X(allocated_bytes) X(allocated_bytes_peak) X(requested_bytes) X(reserved_bytes) X(reserved_bytes_peak)     \
-    X(cached_bytes) X(pending_bytes) X(active_blocks) X(segments) X(num_allocs) X(num_frees)                   \
-    X(num_device_allocs) X(num_device_frees) X(num_alloc_retries) X(num_ooms) X(num_stream_steals)            \
-    X(num_stream_waits) X(num_events_created) X(streams) X(mapped_bytes) X(unmapped_cached_bytes) X(num_maps)      \
-    X(num_unmaps) X(num_stitches) X(idle_released_bytes) X(paused_bytes)
-
 typedef struct text_buffer {
     char *buf;
     size_t len, used; /* used counts what would have been written without truncation */
@@ -129,7 +122,7 @@ GP_API int gp_stats_json(gp_pool *pool, char *buf, size_t len, size_t *needed)
     text_buffer t = {buf, len, 0};
     put(&t, "{\"version\":%u,\"backend\":\"%s\",\"device\":%d,\"staging\":\"%s\"", GP_STATS_VERSION,
         p->cfg.backend, p->device, gp_staging_kind(p));
-#define JSON_FIELD(name) put(&t, ",\"" #name "\":%llu", (unsigned long long)s.name);
+#define JSON_FIELD(name, unit, what) put(&t, ",\"" #name "\":%llu", (unsigned long long)s.name);
     GP_STATS_FIELDS(JSON_FIELD)
 #undef JSON_FIELD
     put(&t, ",\"size_class_allocs\":[");
@@ -169,24 +162,16 @@ GP_API int gp_stats_print(gp_pool *pool, gp_writer write, void *opaque)
     snprintf(line, sizeof line, "gpupool: device %d, backend %s, %llu streams\n", p->device, p->cfg.backend,
              (unsigned long long)s.streams);
     write(opaque, line);
-    snprintf(line, sizeof line, "  allocated %s (peak %s) in %llu blocks, requested %s\n",
-             gp_format_size(s.allocated_bytes, a), gp_format_size(s.allocated_bytes_peak, b),
-             (unsigned long long)s.active_blocks, gp_format_size(s.requested_bytes, c));
+    /* One line per field of GP_STATS_FIELDS: sizes for bytes, numbers for counts. */
+#define PRINT_BYTES(v) gp_format_size((size_t)(v), a)
+#define PRINT_COUNT(v) (snprintf(a, sizeof a, "%llu", (unsigned long long)(v)), a)
+#define PRINT_FIELD(name, unit, what)                                                                          \
+    snprintf(line, sizeof line, "  %-22s %12s\n", #name, PRINT_##unit(s.name));                                \
     write(opaque, line);
-    snprintf(line, sizeof line, "  reserved  %s (peak %s) in %llu segments, cached %s",
-             gp_format_size(s.reserved_bytes, a), gp_format_size(s.reserved_bytes_peak, b),
-             (unsigned long long)s.segments, gp_format_size(s.cached_bytes, c));
-    write(opaque, line);
-    snprintf(line, sizeof line, " (%s waiting for other streams)\n", gp_format_size(s.pending_bytes, a));
-    write(opaque, line);
-    snprintf(line, sizeof line,
-             "  calls: %llu allocs, %llu frees; device: %llu allocs, %llu frees; %llu retries, %llu OOMs; "
-             "%llu steals, %llu stream waits, %llu events\n",
-             (unsigned long long)s.num_allocs, (unsigned long long)s.num_frees, (unsigned long long)s.num_device_allocs,
-             (unsigned long long)s.num_device_frees, (unsigned long long)s.num_alloc_retries,
-             (unsigned long long)s.num_ooms, (unsigned long long)s.num_stream_steals,
-             (unsigned long long)s.num_stream_waits, (unsigned long long)s.num_events_created);
-    write(opaque, line);
+    GP_STATS_FIELDS(PRINT_FIELD)
+#undef PRINT_FIELD
+#undef PRINT_COUNT
+#undef PRINT_BYTES
     gp_tenant_stats ts[GP_MAX_TENANTS];
     unsigned tenants = tenants_now(p, ts);
     for (unsigned i = 0; i < tenants; i++) {
