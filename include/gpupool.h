@@ -48,8 +48,8 @@ enum gp_error {
     GP_ERR_DESTROYED = -9,     /* the pool has been destroyed */
     GP_ERR_BACKEND = -10,      /* no backend of that name is built in, or it cannot run here */
     GP_ERR_NOT_READY = -11,    /* (internal/backends) an event has not completed yet */
-    GP_ERR_QUOTA = -12,        /* reserved for per-model budgets */
-    GP_ERR_PAUSED = -13,       /* reserved for paused models */
+    GP_ERR_QUOTA = -12,        /* a tenant over its max (gp_tenant_create, gp_tenant_set_limits) */
+    GP_ERR_PAUSED = -13,       /* an allocation in a paused tenant (gp_tenant_pause) */
     GP_ERR_CORRUPT = -14       /* gp_check found broken metadata (a bug in gpupool) */
 };
 
@@ -64,8 +64,8 @@ GP_API const char *gp_last_error(void);
 /* ---- pool lifetime ---------------------------------------------------------------------------- */
 
 /*
- * Creates a pool for `device` on the backend named `backend` ("cuda" or "sim"; NULL takes the
- * `backend` configuration key, whose default is "cuda"). `config` is a "key:value,key:value" string;
+ * Creates a pool for `device` on the backend named `backend` ("cuda", "vmm", "sim" or "sim-vmm"; NULL
+ * takes the `backend` configuration key, whose default is "cuda"). `config` is a "key:value,key:value" string;
  * the GPUPOOL_CONF environment variable is read first and `config` overrides it key by key. Sizes take
  * B, KiB, MiB, GiB (or K, M, G) suffixes. An unknown key or a bad value fails with GP_ERR_CONFIG.
  * The keys are listed by gp_config_help().

@@ -7,12 +7,15 @@ base, backend and itself, and no other layer may include it. An include that nam
 (other than a public header) is an error too, so that a header cannot slip in through -I pool.
 
 Usage: tools/check_layers.py [POOL_DIR]     (default: pool/ next to this script's folder)
+       tools/check_layers.py --self-test   (plants an upward include in a copy of pool/: must fail)
 Prints one line per violation (file:line: what and why) and exits 1 when there is any, else 0.
 Standard library only; run by CTest as the test `layers` (tests/CMakeLists.txt).
 """
 import os
 import re
+import shutil
 import sys
+import tempfile
 
 ORDER = ['base', 'backend', 'ds', 'policy', 'provider', 'api', 'torch']
 RANK = {layer: i for i, layer in enumerate(ORDER)}
@@ -70,8 +73,33 @@ def check(pool):
     return problems
 
 
+def self_test(pool):
+    """The check must be able to fail: a copy of pool/ passes, and fails once ds/heap.c includes an API
+    header (and once the sim includes a provider's)."""
+    if check(pool):
+        print('check_layers.py --self-test: pool/ itself breaks the layering; run without --self-test')
+        return 1
+    plants = [('ds/heap.c', 'api/api.h'), ('sim/sim_clock.c', 'provider/pool_state.h'),
+              ('provider/segment.c', 'sim/sim_internal.h')]
+    for where, header in plants:
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = os.path.join(tmp, 'pool')
+            shutil.copytree(pool, copy)
+            with open(os.path.join(copy, where), 'a', encoding='utf-8') as f:
+                f.write(f'#include "{header}"\n')
+            found = check(copy)
+            if not any(where in p and header in p for p in found):
+                print(f'check_layers.py --self-test: FAILED: #include "{header}" planted in {where} was not found')
+                return 1
+            print(f'check_layers.py --self-test: planted #include "{header}" in {where}: found ({found[0]})')
+    print('check_layers.py --self-test: passed')
+    return 0
+
+
 def main(argv):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if len(argv) > 1 and argv[1] == '--self-test':
+        return self_test(argv[2] if len(argv) > 2 else os.path.join(root, 'pool'))
     pool = argv[1] if len(argv) > 1 else os.path.join(root, 'pool')
     if not os.path.isdir(pool):
         print(f'check_layers.py: {pool} is not a folder', file=sys.stderr)
