@@ -1,7 +1,8 @@
 /*
  * check.c — gp_check: every invariant of the pool, under every lock (the pool lock, then each stream
  * in index order), each broken one reported by name with GP_ERR_CORRUPT. The checks themselves belong
- * to the structures they check: gp_segment_check (ds/segment.c: blocks tile their segment), the
+ * to the structures they check: gp_segment_check (ds/segment.c: blocks tile their segment),
+ * gp_heap_check (ds/heap.c: free and quick lists), gp_block_map_check (ds/block_map.c), the
  * provider's check_segment (a virtual range's pages, provider/vmm.c), gp_accounting_check
  * (provider/pool_state.c: allocated + cached == reserved, the streams' counters, tenants' held bytes).
  */
@@ -39,6 +40,15 @@ GP_API int gp_check(gp_pool *pool)
             goto out;
         }
         reserved += seg->mapped_bytes;
+    }
+    unsigned count = atomic_load(&p->streams.count);
+    for (unsigned i = 0; i < count; i++) {
+        gp_stream_state *st = p->streams.by_index[i];
+        if (!gp_heap_check(&st->small, why, sizeof why) || !gp_heap_check(&st->large, why, sizeof why) ||
+            !gp_block_map_check(&st->live, why, sizeof why)) {
+            rc = gp_error_set(GP_ERR_CORRUPT, "gp_check: stream %p: %s", st->handle, why);
+            goto out;
+        }
     }
     if (!gp_accounting_check(p, &tally, segments, reserved, why, sizeof why))
         rc = gp_error_set(GP_ERR_CORRUPT, "gp_check: %s", why);

@@ -3,7 +3,10 @@
  */
 #include "ds/block_map.h"
 
+#include <stdio.h>
+
 #include <assert.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 static inline size_t slot_of(uintptr_t addr, size_t capacity)
@@ -97,4 +100,26 @@ void gp_block_map_free(gp_block_map *map)
     free(map->slots);
     map->slots = NULL;
     map->capacity = map->count = 0;
+}
+
+bool gp_block_map_check(const gp_block_map *map, char *why, size_t len)
+{
+    size_t occupied = 0;
+    for (size_t i = 0; i < map->capacity; i++) {
+        const gp_block *b = map->slots[i];
+        if (b == NULL)
+            continue;
+        occupied++;
+        if (b->state != GP_BLOCK_LIVE || gp_block_map_find(map, b->addr) != b) {
+            snprintf(why, len, "block map: slot %zu holds block %p (state %d), which a lookup does not find", i,
+                     (void *)b->addr, (int)b->state);
+            return false;
+        }
+    }
+    if (occupied != map->count || (map->capacity != 0 && map->count > map->capacity / 2)) {
+        snprintf(why, len, "block map: %zu occupied slots, count %zu, capacity %zu", occupied, map->count,
+                 map->capacity);
+        return false;
+    }
+    return true;
 }

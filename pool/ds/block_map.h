@@ -30,4 +30,8 @@ gp_block *gp_block_map_remove(gp_block_map *map, uintptr_t addr);
 bool gp_block_map_reserve(gp_block_map *map);
 void gp_block_map_free(gp_block_map *map);
 
+/* gp_check's check of the map (owner locked): the invariant above, every entry LIVE and found again
+ * by its address. false with the broken invariant described in why[len]. */
+bool gp_block_map_check(const gp_block_map *map, char *why, size_t len);
+
 #endif /* GP_BLOCK_MAP_H */

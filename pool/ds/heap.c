@@ -6,6 +6,7 @@
 
 #include <assert.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "base/list.h"
@@ -195,4 +196,46 @@ gp_block *gp_heap_release(gp_heap *heap, gp_block_cache *cache, gp_block *b)
         b->segment->first = b;
     gp_heap_insert(heap, b);
     return b;
+}
+
+#define CHECK(cond, ...)                                                                                       \
+    do {                                                                                                       \
+        if (!(cond)) {                                                                                         \
+            snprintf(why, len, __VA_ARGS__);                                                                   \
+            return false;                                                                                      \
+        }                                                                                                      \
+    } while (0)
+
+bool gp_heap_check(const gp_heap *heap, char *why, size_t len)
+{
+    size_t bytes = 0, blocks = 0, quick = 0;
+    for (unsigned c = 0; c < GP_CLASS_COUNT; c++) {
+        bool bit = (heap->nonempty[c / 64] >> (c % 64)) & 1;
+        CHECK(bit == (heap->lists[c] != NULL), "heap: the nonempty bit of class %u is %d for a list that is %s", c,
+              (int)bit, heap->lists[c] != NULL ? "not empty" : "empty");
+        for (const gp_block *b = heap->lists[c]; b != NULL; b = b->list_next) {
+            CHECK(b->state == GP_BLOCK_FREE && b->size_class == c, "heap: block %p (state %d, class %u) on free list %u",
+                  (void *)b->addr, (int)b->state, b->size_class, c);
+            CHECK(b->list_next == NULL || b->list_next->list_prev == b, "heap: free list %u is not linked both ways at %p",
+                  c, (void *)b->addr);
+            bytes += b->size;
+            blocks++;
+        }
+    }
+    for (unsigned g = 0; g < GP_QUICK_CLASSES; g++) {
+        unsigned n = 0;
+        for (const gp_block *b = heap->quick[g]; b != NULL; b = b->list_next, n++) {
+            CHECK(b->state == GP_BLOCK_QUICK && b->size == g * GP_GRANULE, "heap: block %p (state %d, %zu bytes) on "
+                  "the quick list of %zu bytes", (void *)b->addr, (int)b->state, b->size, g * GP_GRANULE);
+            bytes += b->size;
+        }
+        CHECK(n == heap->quick_count[g], "heap: the quick list of %zu bytes holds %u blocks, counted %u",
+              g * GP_GRANULE, n, heap->quick_count[g]);
+        quick += n;
+    }
+    CHECK(blocks == heap->free_blocks && quick == heap->quick_blocks,
+          "heap: %zu free and %zu quick blocks listed, counted %zu and %zu", blocks, quick, heap->free_blocks,
+          heap->quick_blocks);
+    CHECK(bytes == heap->free_bytes, "heap: its lists hold %zu bytes, free_bytes says %zu", bytes, heap->free_bytes);
+    return true;
 }

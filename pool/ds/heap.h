@@ -77,4 +77,9 @@ bool gp_heap_quick_put(gp_heap *heap, gp_block *b);
 /* Returns every QUICK block to the free lists, coalescing. */
 void gp_heap_quick_flush(gp_heap *heap, gp_block_cache *cache);
 
+/* gp_check's check of one heap (owner locked): the invariant above, every block on lists[c] FREE, of
+ * class c and linked both ways, every block on a quick list QUICK and of its list's size. false with
+ * the broken invariant described in why[len]. */
+bool gp_heap_check(const gp_heap *heap, char *why, size_t len);
+
 #endif /* GP_HEAP_H */
