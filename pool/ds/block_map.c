@@ -3,7 +3,6 @@
  */
 #include "ds/block_map.h"
 
-#include <stdio.h>
 
 #include <assert.h>
 #include <stdio.h>
