@@ -15,7 +15,9 @@
 
 /* ---- enter.c ---- */
 /* Validates a handle; on success *out is its state. `fn` names the API call in messages. */
-int gp_pool_enter(gp_pool *pool, const char *fn, gp_pool_state **out);
+static inline int gp_pool_enter(gp_pool *pool, const char *fn, gp_pool_state **out);
+/* The error of gp_pool_enter for a handle that is not a live pool. */
+int gp_pool_enter_refused(gp_pool *pool, const char *fn);
 /* The device's total memory as the pool read it at create (for the glue: torch/). */
 int gp_pool_device_total(gp_pool *pool, const char *fn, size_t *out);
 
@@ -23,10 +25,17 @@ int gp_pool_device_total(gp_pool *pool, const char *fn, size_t *out);
 /*
  * The calling thread's state for `stream`: its tenant resolved (gp_tenant_resolve), added when `add`
  * and the pool has not seen the pair (else *out may be NULL). A one-entry per-thread cache keyed by the
- * pool's serial, the stream, the thread's tenant generation and the pool's bind epoch answers repeated
- * calls without the two hash lookups.
+ * pool's serial, the stream and the pool's bind epoch (emptied by the thread's tenant push and pop)
+ * answers repeated calls inline, without the two hash lookups of gp_pool_current_state_lookup.
  */
-int gp_pool_current_state(gp_pool_state *p, gp_stream stream, bool add, gp_stream_state **out);
+static inline int gp_pool_current_state(gp_pool_state *p, gp_stream stream, bool add, gp_stream_state **out);
+int gp_pool_current_state_lookup(gp_pool_state *p, gp_stream stream, bool add, gp_stream_state **out);
+typedef struct gp_state_cache {
+    uint64_t pool_serial, bind_epoch;
+    gp_stream stream;
+    gp_stream_state *st; /* NULL: empty */
+} gp_state_cache;
+extern _Thread_local gp_state_cache gp_thread_state_cache;
 /* The state of (stream, tenant index), adding it (under the pool lock) when the pool has not seen it. */
 int gp_pool_stream(gp_pool_state *p, gp_stream handle, unsigned tenant, gp_stream_state **out);
 /* The tenant of an allocation on `stream` by the calling thread: its current tenant of this pool, else
@@ -51,5 +60,25 @@ int gp_diagnose_pointer(gp_pool_state *p, uintptr_t addr, const char *fn);
 /* ---- maintain.c ---- */
 /* Runs release_threshold and idle_release. Pool lock held. */
 size_t gp_maintain_locked(gp_pool_state *p, int *failed);
+
+/* ---- inline: the first steps of every call ---- */
+static inline int gp_pool_enter(gp_pool *pool, const char *fn, gp_pool_state **out)
+{
+    if (pool == NULL || pool->magic != GP_POOL_MAGIC_LIVE || pool->state == NULL)
+        return gp_pool_enter_refused(pool, fn);
+    *out = pool->state;
+    return GP_OK;
+}
+
+static inline int gp_pool_current_state(gp_pool_state *p, gp_stream stream, bool add, gp_stream_state **out)
+{
+    const gp_state_cache *c = &gp_thread_state_cache;
+    if (c->st != NULL && c->pool_serial == p->serial && c->stream == stream &&
+        c->bind_epoch == atomic_load_explicit(&p->tenants.bind_epoch, memory_order_acquire)) {
+        *out = c->st;
+        return GP_OK;
+    }
+    return gp_pool_current_state_lookup(p, stream, add, out);
+}
 
 #endif /* GP_API_H */

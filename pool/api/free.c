@@ -6,6 +6,9 @@
  * immediate and needs no event. A block used on other streams (gp_record_stream, or a free on another
  * stream) becomes PENDING: an event is recorded on each of those streams, and the block returns to its
  * owner's heap only when every one of them has completed (queried, never waited for, on the hot path).
+ * A small block freed on its own stream goes to the freeing thread's cache for that stream first
+ * (provider/thread_cache.h), and a free of a block that cache handed out takes no stream lock; a
+ * lookup that the stream's map misses returns the stream's thread-cached blocks and looks again.
  */
 #include <assert.h>
 #include <stdlib.h>
@@ -16,6 +19,7 @@
 #include "base/format.h"
 #include "base/list.h"
 #include "provider/pending.h"
+#include "provider/thread_cache.h"
 
 /* Uses are streams: states of two tenants on one stream are the same use. */
 static bool has_use(gp_block *b, gp_stream_state *st)
@@ -134,13 +138,23 @@ int gp_diagnose_pointer(gp_pool_state *p, uintptr_t addr, const char *fn)
     return rc;
 }
 
+/* Removes the live block at addr from owner's (locked) map, after returning the blocks owner lent to
+ * thread caches when the map misses (a block a thread cache handed out is in that cache's map). */
+static gp_block *take_live(gp_pool_state *p, gp_stream_state *owner, uintptr_t addr)
+{
+    gp_block *b = gp_block_map_remove(&owner->live, addr);
+    if (b == NULL && owner->lenders != NULL && gp_thread_cache_return(p, owner))
+        b = gp_block_map_remove(&owner->live, addr);
+    return b;
+}
+
 /* Frees addr if `owner` (not locked) holds it live; GP_ERR_NOT_OWNED if not. */
 static int free_from(gp_pool_state *p, gp_stream_state *owner, uintptr_t addr, gp_stream stream,
                      gp_stream_state *user, size_t *requested)
 {
     int rc = GP_ERR_NOT_OWNED;
     pthread_mutex_lock(&owner->lock);
-    gp_block *b = gp_block_map_remove(&owner->live, addr);
+    gp_block *b = take_live(p, owner, addr);
     if (b != NULL) {
         *requested = b->requested;
         if (owner->handle == stream && b->use_count == 0) {
@@ -205,8 +219,13 @@ GP_API int gp_free(gp_pool *pool, void *ptr, gp_stream stream)
     gp_block *b = NULL;
     if (st == NULL)
         goto slow;
+    if (gp_thread_cache_give(p, st, addr, &requested)) { /* handed out by this thread's cache of st */
+        if (p->log != NULL)
+            gp_trace_log_event(p->log, GP_TRACE_FREE, addr, requested, stream);
+        return GP_OK;
+    }
     pthread_mutex_lock(&st->lock);
-    b = gp_block_map_remove(&st->live, addr);
+    b = take_live(p, st, addr);
     if (b != NULL) {
         requested = b->requested;
         if (p->maintains && ++st->frees_since_maintain >= GP_MAINTAIN_FREES) {
@@ -215,7 +234,8 @@ GP_API int gp_free(gp_pool *pool, void *ptr, gp_stream stream)
         }
         if (b->use_count == 0) {
             retire(p, st, b);
-            gp_block_to_heap(p, st, b);
+            if (!gp_thread_cache_lend(p, st, b))
+                gp_block_to_heap(p, st, b);
         } else {
             rc = free_pending(p, st, b, NULL);
             if (rc != GP_OK)
@@ -255,6 +275,8 @@ GP_API int gp_record_stream(gp_pool *pool, void *ptr, gp_stream stream)
         gp_stream_state *owner = p->streams.by_index[i];
         pthread_mutex_lock(&owner->lock);
         gp_block *b = gp_block_map_find(&owner->live, addr);
+        if (b == NULL && owner->lenders != NULL && gp_thread_cache_return(p, owner))
+            b = gp_block_map_find(&owner->live, addr);
         if (b != NULL) {
             if (user->handle != owner->handle && !has_use(b, user)) {
                 if (reserve_use(b))

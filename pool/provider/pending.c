@@ -9,6 +9,7 @@
 #include <assert.h>
 
 #include "base/list.h"
+#include "provider/thread_cache.h"
 
 /* True when every event of the PENDING block b has completed; completed events go back to the pool. */
 static bool events_done(gp_pool_state *p, gp_block *b)
@@ -52,6 +53,7 @@ void gp_collect_all_pending(gp_pool_state *p)
     for (unsigned i = 0; i < count; i++) {
         gp_stream_state *st = p->streams.by_index[i];
         pthread_mutex_lock(&st->lock);
+        gp_thread_cache_return(p, st);
         gp_pending_collect(p, st, 0);
         gp_heap_quick_flush(&st->small, &st->blocks);
         gp_heap_quick_flush(&st->large, &st->blocks);

@@ -15,7 +15,7 @@ static inline void gp_block_to_heap(gp_pool_state *p, gp_stream_state *owner, gp
 /* Moves PENDING blocks of st whose events have all completed back to its heap; scans at most `limit`
  * blocks (0 = all). st locked. */
 void gp_pending_collect(gp_pool_state *p, gp_stream_state *st, unsigned limit);
-/* Returns every stream's completed pending blocks and quick-listed blocks to its free lists
+/* Returns every stream's thread-cached, completed pending and quick-listed blocks to its free lists
  * (coalescing), so that wholly free segments and pages show. Pool lock held, no stream lock. */
 void gp_collect_all_pending(gp_pool_state *p);
 /* Waits for the events of st's pending blocks and returns them to the event pool (destroy only; st

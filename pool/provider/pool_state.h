@@ -101,7 +101,8 @@ void gp_segment_place(gp_pool_state *p, gp_segment *seg, gp_stream_state *st, ui
  * back by the provider. */
 void gp_segments_free_all(gp_pool_state *p);
 
-/* Locks / unlocks every stream in index order (caller holds the pool lock). */
+/* Locks / unlocks every stream in index order (caller holds the pool lock); locking also returns the
+ * blocks lent to thread caches (provider/thread_cache.h), so that a whole-pool walk sees them all. */
 void gp_lock_all_streams(gp_pool_state *p);
 void gp_unlock_all_streams(gp_pool_state *p);
 
