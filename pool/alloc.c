@@ -25,6 +25,9 @@ static void hand_out(gp_pool_state *p, gp_stream_state *st, gp_block *b, size_t 
     st->size_class_allocs[gp_stats_bucket(size)]++;
     gp_account(p, st, (int64_t)b->size);
     st->requested_bytes += size;
+    st->kind_allocs[b->segment->small]++;
+    st->kind_alloc_bytes[b->segment->small] += b->size;
+    gp_history_note(p, GP_HIST_ALLOC, b->addr, size, st->handle, st->tenant->index);
 }
 
 /* The device allocation that will hold a request of `rsize` bytes (rounded). */
@@ -76,6 +79,7 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t bytes, bool small,
     gp_raise_peak(&p->reserved_peak, reserved);
     atomic_fetch_add(&p->num_device_allocs, 1);
     gp_tenant_charge(st->tenant, (int64_t)bytes);
+    gp_history_note(p, GP_HIST_SEGMENT_ALLOC, addr, bytes, st->handle, st->tenant->index);
     *out = seg;
     return GP_OK;
 }
@@ -114,6 +118,7 @@ static int out_of_memory(gp_pool_state *p, size_t size, gp_stream stream)
     gp_flush_all(p);
     size_t reserved = atomic_load(&p->reserved), allocated = gp_allocated_estimate(p);
     atomic_fetch_add(&p->num_ooms, 1);
+    gp_history_note(p, GP_HIST_OOM, 0, size, stream, gp_tenant_resolve(p, stream));
     gp_format_size(size, req);
     gp_format_size(reserved - allocated, cached);
     gp_format_size(p->device_total, total);

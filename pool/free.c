@@ -65,6 +65,7 @@ void gp_block_to_heap(gp_pool_state *p, gp_stream_state *owner, gp_block *b)
     gp_heap *heap = gp_heap_of(owner, b->segment->small);
     owner->fence_dirty = true;
     b->free_since = now;
+    gp_history_note(p, GP_HIST_FREE_COMPLETED, b->addr, b->requested, owner->handle, owner->tenant->index);
     if (gp_heap_quick_put(heap, b))
         return;
     gp_block *merged = gp_heap_release(heap, &owner->blocks, b);
@@ -77,6 +78,9 @@ static void retire(gp_pool_state *p, gp_stream_state *owner, gp_block *b)
     gp_account(p, owner, -(int64_t)b->size);
     owner->requested_bytes -= b->requested;
     owner->num_frees++;
+    owner->kind_frees[b->segment->small]++;
+    owner->kind_free_bytes[b->segment->small] += b->size;
+    gp_history_note(p, GP_HIST_FREE_REQUESTED, b->addr, b->requested, owner->handle, owner->tenant->index);
 }
 
 /*

@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "ds/history.h"
 #include "block.h"
 #include "config.h"
 #include "event_pool.h"
@@ -50,6 +51,11 @@ typedef struct gp_pool_state {
     size_t segment_count;
     uint64_t next_serial;
     gp_trace_log *log;
+    /* Recent allocation events for snapshots (ds/history.h, api/snapshot.c): NULL until
+     * gp_history_record turns recording on; then it lives until destroy. history_on says whether the
+     * hooks add to it. */
+    _Atomic(gp_history *) history;
+    atomic_bool history_on;
 
     /* Virtual memory backends (vmm.c): page is the mapping granularity (0 on other backends); the
      * pooled handles are physical pages mapped nowhere, kept for reuse (pool lock). */
@@ -149,6 +155,20 @@ static inline size_t gp_allocated_estimate(gp_pool_state *p)
 {
     int64_t v = atomic_load_explicit(&p->allocated_flushed, memory_order_relaxed);
     return v > 0 ? (size_t)v : 0;
+}
+
+/* ---- api/snapshot.c ---- */
+void gp_history_note_slow(gp_pool_state *p, gp_history *h, unsigned action, uintptr_t addr, size_t size,
+                          gp_stream stream, unsigned tenant);
+/* Adds one event to the pool's history when recording is on (one relaxed load when it is off). */
+static inline void gp_history_note(gp_pool_state *p, unsigned action, uintptr_t addr, size_t size, gp_stream stream,
+                                   unsigned tenant)
+{
+    if (atomic_load_explicit(&p->history_on, memory_order_relaxed)) {
+        gp_history *h = atomic_load_explicit(&p->history, memory_order_acquire);
+        if (h != NULL)
+            gp_history_note_slow(p, h, action, addr, size, stream, tenant);
+    }
 }
 
 /* Flushes every stream, so that the shared total is exact. Pool lock held, no stream lock. */

@@ -90,6 +90,7 @@ static int release_segment_locked(gp_pool_state *p, gp_segment *seg)
         return rc;
     }
     gp_segment_unlink(p, seg);
+    gp_history_note(p, GP_HIST_SEGMENT_FREE, seg->addr, seg->size, owner->handle, owner->tenant->index);
     atomic_fetch_sub(&p->reserved, seg->size);
     atomic_fetch_add(&p->num_device_frees, 1);
     gp_tenant_charge(owner->tenant, -(int64_t)seg->size);

@@ -172,6 +172,7 @@ static size_t map_front(gp_pool_state *p, gp_stream_state *st, gp_segment *seg, 
         }
         seg->pages[page_index(p, seg, va)] = handle;
         atomic_fetch_add(&p->num_maps, 1);
+        gp_history_note(p, GP_HIST_SEGMENT_MAP, va, p->page, st->handle, st->tenant->index);
     }
     if (done == 0) {
         if (rest != NULL)
@@ -215,6 +216,7 @@ static size_t unmap_pages(gp_pool_state *p, gp_stream_state *owner, gp_segment *
         if (*rc != GP_OK)
             break;
         atomic_fetch_add(&p->num_unmaps, 1);
+        gp_history_note(p, GP_HIST_SEGMENT_UNMAP, va, p->page, owner->handle, owner->tenant->index);
         gp_phys handle = seg->pages[page_index(p, seg, va)];
         if (release)
             gp_vmm_page_release(p, handle); /* a page the device refuses stays in the page pool */

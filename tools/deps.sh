@@ -7,7 +7,7 @@
 # with sudo only when not root. The CUDA Toolkit is not installed here: CMake builds the cuda backend
 # when it finds one (e.g. /usr/local/cuda) and builds only the sim backend otherwise.
 
-GP_DEPS=(build-essential cmake pkg-config libjemalloc-dev libcriterion-dev libbenchmark-dev)
+GP_DEPS=(build-essential cmake pkg-config libjemalloc-dev libcriterion-dev libbenchmark-dev zlib1g-dev)
 
 gp_install_deps() {
     if ! command -v dpkg-query >/dev/null 2>&1; then
