@@ -127,6 +127,15 @@ GP_API int gp_trim(gp_pool *pool, size_t keep_bytes, size_t *released);
  */
 GP_API int gp_maintain(gp_pool *pool, size_t *released);
 
+/*
+ * Gives back the cached memory that nothing in the pool used since the 8th-last call of this
+ * function: memory freed in none of the last 8 intervals between calls. Meant to be called once per
+ * step of a loop (it is what torch.cuda.empty_cache() does under empty_cache:working-set): a loop's
+ * working set stays cached, so its next steps make no device calls, while memory it stopped using
+ * goes back after 8 calls. The first 8 calls give nothing back. *released (optional): bytes given back.
+ */
+GP_API int gp_release_unused(gp_pool *pool, size_t *released);
+
 /* ---- tenants: per-model budgets ------------------------------------------------------------------
  *
  * A tenant is one model sharing the GPU. Every block belongs to one tenant: the calling thread's

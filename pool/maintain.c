@@ -46,11 +46,19 @@ static size_t release_idle_segments(gp_pool_state *p, uint64_t idle_before, int 
     return released;
 }
 
+size_t gp_release_idle(gp_pool_state *p, uint64_t idle_before, int *failed)
+{
+    *failed = GP_OK;
+    return p->page != 0 ? gp_vmm_release(p, 0, idle_before, failed) : release_idle_segments(p, idle_before, failed);
+}
+
 size_t gp_maintain_locked(gp_pool_state *p, int *failed)
 {
     *failed = GP_OK;
     uint64_t now = gp_clock_now(p);
-    atomic_store(&p->coarse_now, now);
+    /* never backwards: gp_release_unused may have advanced it past the clock (api/working_set.c) */
+    if (now > atomic_load(&p->coarse_now))
+        atomic_store(&p->coarse_now, now);
     atomic_store(&p->frees_since_maintain, 0);
     bool idle = p->cfg.idle_release >= 0;
     bool threshold = p->cfg.release_threshold != SIZE_MAX;

@@ -25,6 +25,7 @@
 
 #include "backend.h"
 #include "ds/history.h"
+#include "policy/working_set.h"
 #include "block.h"
 #include "config.h"
 #include "event_pool.h"
@@ -56,6 +57,7 @@ typedef struct gp_pool_state {
      * hooks add to it. */
     _Atomic(gp_history *) history;
     atomic_bool history_on;
+    gp_working_set working_set; /* empty_cache:working-set's recent calls (pool lock; api/working_set.c) */
 
     /* Virtual memory backends (vmm.c): page is the mapping granularity (0 on other backends); the
      * pooled handles are physical pages mapped nowhere, kept for reuse (pool lock). */
@@ -77,6 +79,7 @@ typedef struct gp_pool_state {
      * streams do not write one cache line. See gp_account. */
     atomic_int_fast64_t allocated_flushed;
     atomic_size_t allocated_peak;
+    atomic_size_t window_peak; /* allocated peak since the last gp_release_unused (api/working_set.c) */
     /* Changed under the pool lock only; atomic so that readers need no lock. */
     atomic_size_t reserved, reserved_peak;
     atomic_uint_fast64_t num_device_allocs, num_device_frees, num_alloc_retries, num_ooms;
@@ -139,8 +142,10 @@ static inline void gp_account(gp_pool_state *p, gp_stream_state *st, int64_t del
                  st->unflushed;
         st->unflushed = 0;
     }
-    if (delta > 0)
+    if (delta > 0) {
         gp_raise_peak(&p->allocated_peak, (size_t)(shared + st->unflushed));
+        gp_raise_peak(&p->window_peak, (size_t)(shared + st->unflushed));
+    }
 }
 
 /* Adds st's (locked) unflushed delta to the shared total. */
@@ -262,6 +267,10 @@ const char *gp_staging_kind(gp_pool_state *p);
 /* ---- maintain.c ---- */
 /* The pool's clock in ns: virtual time on the simulated GPU, CLOCK_MONOTONIC otherwise. */
 uint64_t gp_clock_now(gp_pool_state *p);
+/* Gives back wholly free segments (device allocations) free since before idle_before, or on vmm
+ * backends free pages idle since then. Returns bytes released; *failed (set to GP_OK first) gets the
+ * first device failure. Pool lock held, no stream lock; pending frees collected by the caller. */
+size_t gp_release_idle(gp_pool_state *p, uint64_t idle_before, int *failed);
 /* Runs release_threshold and idle_release. Pool lock held. */
 size_t gp_maintain_locked(gp_pool_state *p, int *failed);
 
