@@ -13,6 +13,33 @@
 #include "pool_state.h"
 #include "policy/working_set.h"
 
+/*
+ * What a limit needs: a tenant that holds more than its max (lowered below what it held, e.g. by
+ * torch.cuda.set_per_process_memory_fraction) or its high gives back its own cache down to the limit
+ * now, at once, rather than after the window; its allocations are refused until it fits. Pool lock
+ * held, no stream lock.
+ */
+static size_t release_over_limits(gp_pool_state *p, int *failed)
+{
+    size_t released = 0;
+    unsigned count = atomic_load(&p->tenants.count);
+    for (unsigned i = 0; i < count; i++) {
+        gp_tenant *t = p->tenants.tenants[i];
+        size_t held = atomic_load(&t->held), max = atomic_load(&t->max), high = atomic_load(&t->high);
+        size_t limit = max && high ? (max < high ? max : high) : (max ? max : high);
+        if (limit == 0 || held <= limit)
+            continue;
+        gp_collect_all_pending(p);
+        int rc = GP_OK;
+        released += p->page != 0 ? gp_vmm_release_tenant(p, t, held - limit, &rc)
+                                 : gp_release_free_segments(p, held - limit, 0, &rc, t, NULL);
+        if (rc != GP_OK && *failed == GP_OK)
+            *failed = rc;
+        gp_tenant_update_gate(t);
+    }
+    return released;
+}
+
 GP_API int gp_release_unused(gp_pool *pool, size_t *released)
 {
     gp_pool_state *p = NULL;
@@ -35,6 +62,8 @@ GP_API int gp_release_unused(gp_pool *pool, size_t *released)
     if (interval_peak < allocated)
         interval_peak = allocated;
     uint64_t oldest = gp_working_set_call(&p->working_set, now, interval_peak);
+    uint64_t growth = atomic_load(&p->num_maps) + atomic_load(&p->num_device_allocs) + atomic_load(&p->num_stitches);
+    gp_working_set_note_growth(&p->working_set, growth, atomic_load(&p->reserved), interval_peak);
     atomic_store(&p->coarse_now, now);
     size_t bytes = 0;
     int failed = GP_OK;
@@ -48,6 +77,7 @@ GP_API int gp_release_unused(gp_pool *pool, size_t *released)
         gp_collect_all_pending(p);
         bytes = gp_release_idle(p, oldest - 1, &failed);
     }
+    bytes += release_over_limits(p, &failed);
     pthread_mutex_unlock(&p->lock);
     if (released != NULL)
         *released = bytes;

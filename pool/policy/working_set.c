@@ -34,8 +34,18 @@ size_t gp_working_set_keep(const gp_working_set *ws, double slack, size_t alloca
 {
     if (ws->count < GP_WORKING_SET_CALLS)
         return SIZE_MAX;
-    double want = (double)gp_working_set_bytes(ws) * (1.0 + (slack > 0 ? slack : 0.0));
+    double ratio = 1.0 + (slack > 0 ? slack : 0.0);
+    if (ws->need_ratio > ratio)
+        ratio = ws->need_ratio;
+    double want = (double)gp_working_set_bytes(ws) * ratio;
     if (want <= (double)allocated)
         return 0;
     return want - (double)allocated >= (double)SIZE_MAX ? SIZE_MAX : (size_t)(want - (double)allocated);
+}
+
+void gp_working_set_note_growth(gp_working_set *ws, uint64_t growth, size_t reserved, size_t interval_peak)
+{
+    if (growth != ws->growth_seen && interval_peak > 0)
+        ws->need_ratio = (double)reserved / (double)interval_peak;
+    ws->growth_seen = growth;
 }

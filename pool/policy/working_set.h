@@ -15,8 +15,11 @@
  * that no free touched during the window goes back (by age, the stamps below). On virtual memory
  * backends free pages are fungible (any of them can be mapped, or stitched, where a request needs
  * it), and freed neighbours coalesce into blocks that look freshly freed, so what matters is how many
- * bytes the window needed: cached pages beyond (1 + cache_slack) x the highest allocated bytes of the
- * window go back (by size, peaks below).
+ * bytes the window needed: the highest allocated bytes of the window times what the workload has
+ * shown it needs per allocated byte (the reserved over allocated bytes of the last interval in which
+ * the pool had to grow: its heaps' layout, not a constant; at least 1 + cache_slack). Cached pages
+ * beyond that go back (by size). A steady loop keeps exactly what it grew to; a loop that shrinks
+ * gives back in proportion; one that then needs more grows once and its new ratio is kept.
  *
  * GP_WORKING_SET_CALLS is a design constant, not a fitted one: it lets a loop cycle through up to
  * that many kinds of step between calls (train, eval, checkpoint, ...) without churn, and bounds how
@@ -38,6 +41,8 @@ typedef struct gp_working_set {
     uint64_t calls[GP_WORKING_SET_CALLS]; /* ring of call times */
     size_t peaks[GP_WORKING_SET_CALLS];   /* allocated peak of the interval each call ended */
     unsigned count, next;
+    double need_ratio;                    /* reserved / allocated peak of the last interval that grew */
+    uint64_t growth_seen;                 /* the pool's growth counter at the last call */
 } gp_working_set;
 
 /*
@@ -47,11 +52,16 @@ typedef struct gp_working_set {
  */
 uint64_t gp_working_set_call(gp_working_set *ws, uint64_t now, size_t interval_peak);
 
+/* Tells the window what the interval just ended cost: the pool's growth counter (maps, device
+ * allocations) and its reserved bytes now; an interval that grew sets need_ratio. */
+void gp_working_set_note_growth(gp_working_set *ws, uint64_t growth, size_t reserved, size_t interval_peak);
+
 /* The highest allocated bytes of the intervals in the window (the interval just recorded included). */
 size_t gp_working_set_bytes(const gp_working_set *ws);
 
-/* Cached bytes to keep on a virtual memory backend: (1 + slack) x the window's bytes, less what is
- * allocated now (slack < 0, "off", counts as 0); SIZE_MAX (keep all) until the window is full. */
+/* Cached bytes to keep on a virtual memory backend: max(1 + slack, need_ratio) x the window's bytes,
+ * less what is allocated now (slack < 0, "off", counts as 0); SIZE_MAX (keep all) until the window is
+ * full. */
 size_t gp_working_set_keep(const gp_working_set *ws, double slack, size_t allocated);
 
 #endif /* GP_POLICY_WORKING_SET_H */
