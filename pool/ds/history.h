@@ -8,7 +8,8 @@
  * taking or giving back device memory (a segment on cudaMalloc backends, a page mapped or unmapped on
  * virtual memory ones). Off until gp_history_record() turns it on; then the hooks in alloc.c, free.c,
  * reclaim.c and vmm.c add one entry each under the ring's own mutex (never taken while off, so an off
- * history costs the fast paths one relaxed load).
+ * history costs the fast paths one relaxed load). The mutex is a leaf: taken under the pool or a
+ * stream lock, never the other way round.
  *
  * Invariant: count <= capacity; the entries, oldest first, are ring[(next - count + i) % capacity].
  */

@@ -122,6 +122,7 @@ _SIG = {
     # PyTorch's view: stats breakdown, peaks, snapshots (pool/api/memory_stats.c, snapshot.c)
     "gp_get_breakdown": (_c.c_int, [_P, _c.POINTER(gp_breakdown)]),
     "gp_reset_peaks": (_c.c_int, [_P]),
+    "gp_release_unused": (_c.c_int, [_P, _c.POINTER(_c.c_size_t)]),
     "gp_history_record": (_c.c_int, [_P, _c.c_size_t]),
     "gp_snapshot_write": (_c.c_int, [_c.POINTER(_P), _c.c_size_t, _c.c_char_p, _c.c_uint]),
     # tenants

@@ -321,7 +321,17 @@ def pause(name: str, keep_contents: bool = True, device: Any = None) -> None:
     _gp.pause(name, keep_contents=keep_contents, device=dev)
 
 
-def empty_cache(device: Any = None) -> int:
-    """Gives every cached byte back to the device (as torch.cuda.empty_cache() does once installed);
-    returns the bytes given back."""
-    return trim(0, device=device)
+def empty_cache(device: Any = None, mode: str = "trim") -> int:
+    """Gives cached memory of the device's pool back; returns the bytes given back. mode "trim": every
+    cached byte; "working-set": only what the pool did not use during the last 8 calls' intervals
+    (gp_release_unused). torch.cuda.empty_cache() itself follows the empty_cache configuration key
+    (default working-set) on every device's pool."""
+    if mode == "trim":
+        return trim(0, device=device)
+    if mode != "working-set":
+        raise ValueError(f"mode must be 'trim' or 'working-set', not {mode!r}")
+    import ctypes
+
+    released = ctypes.c_size_t(0)
+    _gp._check(_lib.load().gp_release_unused(_gp._pool(device), ctypes.byref(released)))
+    return released.value

@@ -152,6 +152,24 @@ class RealTorch(SimTestCase):
         self.assertEqual(self.torch.cuda.max_memory_cached(0), gpupool.stats()["reserved_bytes_peak"])
         self.free(p)
 
+    def test_gpupool_torch_patches_what_install_patches(self):
+        import inspect
+
+        import gpupool.torch as gt
+
+        self.assertIs(inspect.signature(gt.install).parameters["patch_stats"].default, True)
+        torch_stats.unpatch(self.torch)
+        gt.patch_stats()
+        self.assertTrue(torch_stats.is_patched(self.torch))
+        gt.unpatch_stats()
+        self.assertFalse(torch_stats.is_patched(self.torch))
+        torch_stats.patch(self.torch)
+        self.free(self.malloc(20 * MiB))
+        self.assertEqual(gt.empty_cache(0, mode="working-set"), 0, "the window is not full yet")
+        self.assertGreater(gt.empty_cache(0), 0, "trim gives the free segment back")
+        with self.assertRaises(ValueError):
+            gt.empty_cache(0, mode="sometimes")
+
     def test_pytorchs_own_summary_finds_every_key_it_reads(self):
         original = torch_stats._originals[("torch.cuda.memory", "memory_summary")]
         p = self.malloc(MiB)
