@@ -170,6 +170,23 @@ class RealTorch(SimTestCase):
         with self.assertRaises(ValueError):
             gt.empty_cache(0, mode="sometimes")
 
+    def test_every_key_pytorchs_docstring_lists_is_there(self):
+        import itertools
+        import re
+
+        doc = torch_stats._originals[("torch.cuda.memory", "memory_stats")].__doc__ or ""
+        keys = set()
+        for pattern in re.findall(r'``"([a-z_.{},]+)"``', doc):
+            parts = [p.split(",") for p in re.findall(r"\{([^}]*)\}", pattern)]
+            stem = re.sub(r"\{[^}]*\}", "{}", pattern)
+            keys |= {stem.format(*combo) for combo in itertools.product(*parts)}
+        # PyTorch 1.13's docstring calls the allocation counts "allocated.*"; its allocator (and its own
+        # memory_summary) names them "allocation.*", as 2.x's docstring does.
+        keys = {k.replace("allocated.", "allocation.", 1) if k.startswith("allocated.") else k for k in keys}
+        self.assertGreater(len(keys), 100, f"the docstring's key patterns were not found: {sorted(keys)[:5]}")
+        missing = keys - set(self.torch.cuda.memory_stats(0))
+        self.assertEqual(missing, set())
+
     def test_pytorchs_own_summary_finds_every_key_it_reads(self):
         original = torch_stats._originals[("torch.cuda.memory", "memory_summary")]
         p = self.malloc(MiB)
