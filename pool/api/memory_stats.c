@@ -5,8 +5,8 @@
  */
 #include <string.h>
 
-#include "error.h"
-#include "pool_state.h"
+#include "api/api.h"
+#include "base/error.h"
 
 static void walk_segment(gp_pool_state *p, const gp_segment *seg, gp_kind_stats *k)
 {

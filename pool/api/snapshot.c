@@ -1,6 +1,6 @@
 /*
- * snapshot.c — the pool as PyTorch's memory viewers see it: the history hooks' slow part,
- * gp_history_record, and gp_snapshot_write (the format is described in include/gpupool.h).
+ * snapshot.c — the pool as PyTorch's memory viewers see it: gp_history_record (the hooks are
+ * gp_history_note, provider/pool_state.h) and gp_snapshot_write (the format is described in include/gpupool.h).
  *
  * The snapshot is built in host memory (base/pickle.h) while the pool lock and every stream lock are
  * held, so its segments and blocks are one consistent state; the trace entries are copied out of the
@@ -22,24 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/api.h"
+#include "base/error.h"
 #include "base/pickle.h"
 #include "ds/history.h"
-#include "error.h"
-#include "pool_state.h"
-
-void gp_history_note_slow(gp_pool_state *p, gp_history *h, unsigned action, uintptr_t addr, size_t size,
-                          gp_stream stream, unsigned tenant)
-{
-    gp_history_entry e = {
-        .time_ns = gp_clock_now(p),
-        .addr = addr,
-        .size = size,
-        .stream = (uint64_t)(uintptr_t)stream,
-        .action = (uint8_t)action,
-        .tenant = (uint8_t)tenant,
-    };
-    gp_history_add(h, &e);
-}
 
 GP_API int gp_history_record(gp_pool *pool, size_t max_entries)
 {

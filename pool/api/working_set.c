@@ -9,9 +9,11 @@
  * completed pending frees and quick-listed blocks to the free lists (so wholly free segments and
  * pages show), and releases what was free since before the oldest call of the window.
  */
-#include "error.h"
-#include "pool_state.h"
+#include "api/api.h"
+#include "base/error.h"
 #include "policy/working_set.h"
+#include "provider/pending.h"
+#include "provider/provider.h"
 
 /*
  * What a limit needs: a tenant that holds more than its max (lowered below what it held, e.g. by
@@ -29,12 +31,8 @@ static size_t release_over_limits(gp_pool_state *p, int *failed)
         size_t limit = max && high ? (max < high ? max : high) : (max ? max : high);
         if (limit == 0 || held <= limit)
             continue;
-        gp_collect_all_pending(p);
-        int rc = GP_OK;
-        released += p->page != 0 ? gp_vmm_release_tenant(p, t, held - limit, &rc)
-                                 : gp_release_free_segments(p, held - limit, 0, &rc, t, NULL);
-        if (rc != GP_OK && *failed == GP_OK)
-            *failed = rc;
+        (void)failed; /* gp_provider_trim_tenant keeps what the device refuses cached and reports nothing */
+        released += gp_provider_trim_tenant(p, t, held - limit);
         gp_tenant_update_gate(t);
     }
     return released;
@@ -47,7 +45,7 @@ GP_API int gp_release_unused(gp_pool *pool, size_t *released)
     if (rc != GP_OK)
         return rc;
     pthread_mutex_lock(&p->lock);
-    uint64_t now = gp_clock_now(p);
+    uint64_t now = gp_backend_now(p->ops, p->ctx);
     uint64_t coarse = atomic_load(&p->coarse_now);
     if (now <= coarse)
         now = coarse + 1;
@@ -67,15 +65,15 @@ GP_API int gp_release_unused(gp_pool *pool, size_t *released)
     atomic_store(&p->coarse_now, now);
     size_t bytes = 0;
     int failed = GP_OK;
-    if (p->page != 0) {
+    if (p->provider->pages) { /* fungible pages: by size */
         size_t keep = gp_working_set_keep(&p->working_set, p->cfg.cache_slack, allocated);
         if (keep != SIZE_MAX) {
             gp_collect_all_pending(p);
-            bytes = gp_vmm_release(p, keep, UINT64_MAX, &failed);
+            bytes = p->provider->release(p, keep, UINT64_MAX, &failed);
         }
-    } else if (oldest != 0) {
+    } else if (oldest != 0) { /* whole segments: by age */
         gp_collect_all_pending(p);
-        bytes = gp_release_idle(p, oldest - 1, &failed);
+        bytes = p->provider->release(p, 0, oldest - 1, &failed);
     }
     bytes += release_over_limits(p, &failed);
     pthread_mutex_unlock(&p->lock);
