@@ -64,8 +64,10 @@ size_t gp_maintain_locked(gp_pool_state *p, int *failed);
 /* ---- inline: the first steps of every call ---- */
 static inline int gp_pool_enter(gp_pool *pool, const char *fn, gp_pool_state **out)
 {
-    if (pool == NULL || pool->magic != GP_POOL_MAGIC_LIVE || pool->state == NULL)
+    if (pool == NULL || pool->magic != GP_POOL_MAGIC_LIVE || pool->state == NULL) {
+        *out = NULL;
         return gp_pool_enter_refused(pool, fn);
+    }
     *out = pool->state;
     return GP_OK;
 }

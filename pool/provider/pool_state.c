@@ -72,6 +72,7 @@ void gp_flush_all(gp_pool_state *p)
     for (unsigned i = 0; i < count; i++) {
         gp_stream_state *st = p->streams.by_index[i];
         pthread_mutex_lock(&st->lock);
+        gp_thread_cache_return(p, st); /* the entries' unflushed deltas too */
         gp_flush(p, st);
         pthread_mutex_unlock(&st->lock);
     }

@@ -37,7 +37,7 @@ static void fold(gp_tc_entry *e)
             e->free[g] = b->list_next;
             b->list_next = NULL;
             gp_block_map_unpromise(&st->live);
-            gp_block_to_heap(p, st, b);
+            gp_block_to_heap_noted(p, st, b); /* its free was noted in the history when it was lent */
         }
     e->lent = 0;
     st->num_allocs += e->allocs;
@@ -47,6 +47,16 @@ static void fold(gp_tc_entry *e)
     st->unflushed += e->unflushed;
     for (unsigned k = 0; k < GP_TC_BUCKETS; k++)
         st->size_class_allocs[k] += e->size_class_allocs[k];
+    for (unsigned s = 0; s < 2; s++) {
+        st->kind_allocs[s] += e->kind_allocs[s];
+        st->kind_frees[s] += e->kind_frees[s];
+        st->kind_alloc_bytes[s] += e->kind_alloc_bytes[s];
+        st->kind_free_bytes[s] += e->kind_free_bytes[s];
+    }
+    memset(e->kind_allocs, 0, sizeof e->kind_allocs);
+    memset(e->kind_frees, 0, sizeof e->kind_frees);
+    memset(e->kind_alloc_bytes, 0, sizeof e->kind_alloc_bytes);
+    memset(e->kind_free_bytes, 0, sizeof e->kind_free_bytes);
     e->allocs = e->frees = 0;
     e->requested = e->allocated = e->unflushed = 0;
     memset(e->size_class_allocs, 0, sizeof e->size_class_allocs);
@@ -168,6 +178,7 @@ bool gp_thread_cache_lend(gp_pool_state *p, gp_stream_state *st, gp_block *b)
     bool lent = e != NULL && e->lent < GP_TC_LENT_MAX && gp_block_map_promise(&st->live);
     if (lent) {
         assert(b->state == GP_BLOCK_LIVE && b->use_count == 0);
+        gp_history_note(p, GP_HIST_FREE_COMPLETED, b->addr, b->requested, st->handle, st->tenant->index);
         b->state = GP_BLOCK_LENT;
         b->requested = 0;
         b->list_prev = NULL;

@@ -64,6 +64,7 @@ typedef struct gp_tc_entry {
     uint64_t allocs, frees;
     int64_t requested, allocated, unflushed;
     uint64_t size_class_allocs[GP_TC_BUCKETS];
+    uint64_t kind_allocs[2], kind_frees[2], kind_alloc_bytes[2], kind_free_bytes[2]; /* [segment->small] */
 } gp_tc_entry;
 
 typedef struct gp_thread_cache {
@@ -147,8 +148,10 @@ static inline void gp_tc_account(gp_pool_state *p, gp_tc_entry *e, int64_t delta
         shared = atomic_fetch_add_explicit(&p->allocated_flushed, e->unflushed, memory_order_relaxed) + e->unflushed;
         e->unflushed = 0;
     }
-    if (delta > 0)
+    if (delta > 0) {
         gp_raise_peak(&p->allocated_peak, (size_t)(shared + e->unflushed));
+        gp_raise_peak(&p->window_peak, (size_t)(shared + e->unflushed));
+    }
 }
 
 /* A LIVE block handed out by the calling thread's entry for st (rsize bytes), accounted as an
@@ -172,7 +175,10 @@ static inline gp_block *gp_thread_cache_take(gp_pool_state *p, gp_stream_state *
         e->allocs++;
         e->requested += (int64_t)size;
         e->size_class_allocs[gp_stats_bucket(size)]++; /* < GP_TC_BUCKETS: size < 8 KiB */
+        e->kind_allocs[b->segment->small]++;
+        e->kind_alloc_bytes[b->segment->small] += b->size;
         gp_tc_account(p, e, (int64_t)b->size);
+        gp_history_note(p, GP_HIST_ALLOC, b->addr, size, st->handle, st->tenant->index);
     }
     gp_tc_unlock(c);
     return b;
@@ -194,7 +200,12 @@ static inline bool gp_thread_cache_give(gp_pool_state *p, gp_stream_state *st, u
         *requested = b->requested;
         e->frees++;
         e->requested -= (int64_t)b->requested;
+        e->kind_frees[b->segment->small]++;
+        e->kind_free_bytes[b->segment->small] += b->size;
         gp_tc_account(p, e, -(int64_t)b->size);
+        /* requested and completed at once: the next allocation on st may reuse it (as gp_block_to_heap) */
+        gp_history_note(p, GP_HIST_FREE_REQUESTED, b->addr, b->requested, st->handle, st->tenant->index);
+        gp_history_note(p, GP_HIST_FREE_COMPLETED, b->addr, b->requested, st->handle, st->tenant->index);
         b->requested = 0;
         b->state = GP_BLOCK_LENT;
         size_t g = b->size / GP_GRANULE;
