@@ -40,10 +40,10 @@ static void fold(gp_tc_entry *e)
             gp_block_to_heap_noted(p, st, b); /* its free was noted in the history when it was lent */
         }
     e->lent = 0;
-    st->num_allocs += e->allocs;
-    st->num_frees += e->frees;
+    st->num_allocs += e->kind_allocs[0] + e->kind_allocs[1];
+    st->num_frees += e->kind_frees[0] + e->kind_frees[1];
     st->requested_bytes += (size_t)e->requested;
-    st->allocated_bytes += (size_t)e->allocated;
+    st->allocated_bytes += e->kind_alloc_bytes[0] + e->kind_alloc_bytes[1] - e->kind_free_bytes[0] - e->kind_free_bytes[1];
     st->unflushed += e->unflushed;
     for (unsigned k = 0; k < GP_TC_BUCKETS; k++)
         st->size_class_allocs[k] += e->size_class_allocs[k];
@@ -57,8 +57,7 @@ static void fold(gp_tc_entry *e)
     memset(e->kind_frees, 0, sizeof e->kind_frees);
     memset(e->kind_alloc_bytes, 0, sizeof e->kind_alloc_bytes);
     memset(e->kind_free_bytes, 0, sizeof e->kind_free_bytes);
-    e->allocs = e->frees = 0;
-    e->requested = e->allocated = e->unflushed = 0;
+    e->requested = e->unflushed = 0;
     memset(e->size_class_allocs, 0, sizeof e->size_class_allocs);
 }
 

@@ -19,8 +19,8 @@
  * Invariant (the entry's lock held; all of it holds again for S once its lenders are returned):
  *   lent == blocks on the free lists + blocks in the live map <= GP_TC_LENT_MAX;
  *   S->live.promised >= lent (each lent block keeps a slot of S's map, so returning cannot fail);
- *   S's counters plus the entry's deltas (allocs, frees, requested, allocated, unflushed, size
- *   classes) are what they would be without the cache.
+ *   S's counters plus the entry's deltas (allocations and frees per heap kind with their bytes,
+ *   requested bytes, the unflushed delta, size classes) are what they would be without the cache.
  * The entry's blocks are invisible to the structures of S only between returns: every whole-pool walk
  * (gp_lock_all_streams: stats, gp_check, tenant snapshots, pause, destroy), every collection before a
  * growth or trim (gp_collect_all_pending), and every lookup of an address that S's map misses (a free
@@ -60,11 +60,12 @@ typedef struct gp_tc_entry {
     unsigned lent;                 /* see the invariant above */
     gp_block *live[GP_TC_SLOTS];   /* the blocks it handed out, by address (linear probing) */
     unsigned live_count;
-    /* What st's counters lack (added to them when the entry returns its blocks). */
-    uint64_t allocs, frees;
-    int64_t requested, allocated, unflushed;
+    /* What st's counters lack (added to them when the entry returns its blocks): allocations and
+     * frees per heap kind ([segment->small]) and their rounded bytes, from which the counts and the
+     * allocated delta follow; requested bytes; the allocated delta not yet in the pool's shared total. */
+    uint64_t kind_allocs[2], kind_frees[2], kind_alloc_bytes[2], kind_free_bytes[2];
+    int64_t requested, unflushed;
     uint64_t size_class_allocs[GP_TC_BUCKETS];
-    uint64_t kind_allocs[2], kind_frees[2], kind_alloc_bytes[2], kind_free_bytes[2]; /* [segment->small] */
 } gp_tc_entry;
 
 typedef struct gp_thread_cache {
@@ -137,20 +138,26 @@ static inline gp_block *gp_tc_live_remove(gp_tc_entry *e, uintptr_t addr)
     return found;
 }
 
-/* Adds `delta` allocated bytes to the entry as gp_account does to a stream (pool_state.h): the shared
- * total lags by less than GP_FLUSH_BYTES per entry, and the peak is raised the same way. */
-static inline void gp_tc_account(gp_pool_state *p, gp_tc_entry *e, int64_t delta)
+/* Adds `bytes` allocated to the entry as gp_account does to a stream (pool_state.h): the shared total
+ * lags by less than GP_FLUSH_BYTES per entry, and the peaks are raised the same way. */
+static inline void gp_tc_account_alloc(gp_pool_state *p, gp_tc_entry *e, size_t bytes)
 {
-    e->allocated += delta;
-    e->unflushed += delta;
+    e->unflushed += (int64_t)bytes;
     int64_t shared = atomic_load_explicit(&p->allocated_flushed, memory_order_relaxed);
-    if (e->unflushed >= GP_FLUSH_BYTES || e->unflushed <= -GP_FLUSH_BYTES) {
+    if (e->unflushed >= GP_FLUSH_BYTES) {
         shared = atomic_fetch_add_explicit(&p->allocated_flushed, e->unflushed, memory_order_relaxed) + e->unflushed;
         e->unflushed = 0;
     }
-    if (delta > 0) {
-        gp_raise_peak(&p->allocated_peak, (size_t)(shared + e->unflushed));
-        gp_raise_peak(&p->window_peak, (size_t)(shared + e->unflushed));
+    gp_raise_peak(&p->allocated_peak, (size_t)(shared + e->unflushed));
+    gp_raise_peak(&p->window_peak, (size_t)(shared + e->unflushed));
+}
+
+static inline void gp_tc_account_free(gp_pool_state *p, gp_tc_entry *e, size_t bytes)
+{
+    e->unflushed -= (int64_t)bytes;
+    if (e->unflushed <= -GP_FLUSH_BYTES) {
+        atomic_fetch_add_explicit(&p->allocated_flushed, e->unflushed, memory_order_relaxed);
+        e->unflushed = 0;
     }
 }
 
@@ -172,12 +179,12 @@ static inline gp_block *gp_thread_cache_take(gp_pool_state *p, gp_stream_state *
         b->state = GP_BLOCK_LIVE;
         b->requested = size;
         gp_tc_live_insert(e, b);
-        e->allocs++;
+        bool kind = b->segment->small;
+        e->kind_allocs[kind]++;
+        e->kind_alloc_bytes[kind] += rsize;
         e->requested += (int64_t)size;
         e->size_class_allocs[gp_stats_bucket(size)]++; /* < GP_TC_BUCKETS: size < 8 KiB */
-        e->kind_allocs[b->segment->small]++;
-        e->kind_alloc_bytes[b->segment->small] += b->size;
-        gp_tc_account(p, e, (int64_t)b->size);
+        gp_tc_account_alloc(p, e, rsize);
         gp_history_note(p, GP_HIST_ALLOC, b->addr, size, st->handle, st->tenant->index);
     }
     gp_tc_unlock(c);
@@ -198,14 +205,16 @@ static inline bool gp_thread_cache_give(gp_pool_state *p, gp_stream_state *st, u
         /* No use on another stream: record_stream finds the block only after the entry returned it. */
         assert(b->use_count == 0);
         *requested = b->requested;
-        e->frees++;
+        bool kind = b->segment->small;
+        e->kind_frees[kind]++;
+        e->kind_free_bytes[kind] += b->size;
         e->requested -= (int64_t)b->requested;
-        e->kind_frees[b->segment->small]++;
-        e->kind_free_bytes[b->segment->small] += b->size;
-        gp_tc_account(p, e, -(int64_t)b->size);
-        /* requested and completed at once: the next allocation on st may reuse it (as gp_block_to_heap) */
-        gp_history_note(p, GP_HIST_FREE_REQUESTED, b->addr, b->requested, st->handle, st->tenant->index);
-        gp_history_note(p, GP_HIST_FREE_COMPLETED, b->addr, b->requested, st->handle, st->tenant->index);
+        gp_tc_account_free(p, e, b->size);
+        if (atomic_load_explicit(&p->history_on, memory_order_relaxed)) {
+            /* requested and completed at once: the next allocation on st may reuse it */
+            gp_history_note(p, GP_HIST_FREE_REQUESTED, b->addr, b->requested, st->handle, st->tenant->index);
+            gp_history_note(p, GP_HIST_FREE_COMPLETED, b->addr, b->requested, st->handle, st->tenant->index);
+        }
         b->requested = 0;
         b->state = GP_BLOCK_LENT;
         size_t g = b->size / GP_GRANULE;
