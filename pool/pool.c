@@ -286,10 +286,8 @@ GP_API int gp_pool_destroy(gp_pool *pool, gp_leak_report *report)
     pthread_mutex_unlock(&p->lock);
 
     unsigned tenants = atomic_load(&p->tenants.count);
-    for (unsigned i = 0; i < tenants; i++) {
-        gp_staging_free(p, p->tenants.tenants[i]->staging, p->tenants.tenants[i]->staging_size);
-        p->tenants.tenants[i]->staging = NULL;
-    }
+    for (unsigned i = 0; i < tenants; i++)
+        gp_pause_drop_staging(p, p->tenants.tenants[i]);
     gp_staging_destroy(p);
     free(p->pooled);
     free(p->pooled_since);

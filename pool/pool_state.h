@@ -151,6 +151,14 @@ static inline size_t gp_allocated_estimate(gp_pool_state *p)
     return v > 0 ? (size_t)v : 0;
 }
 
+/* The pool's cached bytes from the shared totals: reserved + paused - allocated (a paused tenant's
+ * blocks count as allocated but hold no device memory; see the invariant above). Pool lock held. */
+static inline size_t gp_cached_estimate(gp_pool_state *p)
+{
+    size_t have = atomic_load(&p->reserved) + p->paused_bytes, allocated = gp_allocated_estimate(p);
+    return have > allocated ? have - allocated : 0;
+}
+
 /* Flushes every stream, so that the shared total is exact. Pool lock held, no stream lock. */
 void gp_flush_all(gp_pool_state *p);
 
@@ -221,6 +229,9 @@ size_t gp_vmm_release(gp_pool_state *p, size_t keep, uint64_t idle_before, int *
 int gp_vmm_page_get(gp_pool_state *p, gp_phys *out);
 /* Gives a page back to the device; one the device refuses stays in the page pool (nothing lost). */
 int gp_vmm_page_release(gp_pool_state *p, gp_phys handle);
+/* Unmaps up to `pages` whole free pages anywhere in the pool into the page pool, for `taker` (other
+ * tenants give only down to their min); returns the pages moved. Pool lock held, no stream lock. */
+size_t gp_vmm_reclaim_pages(gp_pool_state *p, size_t pages, const gp_tenant *taker, int *failed);
 /* Gives back up to `want` bytes of tenant t's free pages. Pool lock held, no stream lock. */
 size_t gp_vmm_release_tenant(gp_pool_state *p, gp_tenant *t, size_t want, int *failed);
 /* Unmaps and releases everything at destroy; returns bytes that could not be given back. */
@@ -231,6 +242,10 @@ const char *gp_vmm_check_segment(gp_pool_state *p, gp_segment *seg);
 /* ---- tenant.c ---- */
 /* Fills out[0..capacity) for every tenant (pool lock and every stream lock held); returns the count. */
 int gp_tenant_snapshot_all(gp_pool_state *p, gp_tenant_stats *out, unsigned capacity);
+
+/* ---- pause.c ---- */
+/* Gives back t's staging buffer and its table (pool destroy). */
+void gp_pause_drop_staging(gp_pool_state *p, gp_tenant *t);
 
 /* ---- staging.c ---- */
 int gp_staging_alloc(gp_pool_state *p, size_t size, void **out);

@@ -456,7 +456,7 @@ size_t gp_vmm_release(gp_pool_state *p, size_t keep, uint64_t idle_before, int *
     /* Pooled pages first: they are unmapped already. */
     size_t i = 0;
     while (i < p->pooled_count) {
-        size_t cached = atomic_load(&p->reserved) - gp_allocated_estimate(p);
+        size_t cached = gp_cached_estimate(p);
         if (cached <= keep)
             break;
         if (p->pooled_since[i] > idle_before) {
@@ -474,7 +474,7 @@ size_t gp_vmm_release(gp_pool_state *p, size_t keep, uint64_t idle_before, int *
             break;
         }
     }
-    size_t cached = atomic_load(&p->reserved) - gp_allocated_estimate(p);
+    size_t cached = gp_cached_estimate(p);
     if (cached > keep) {
         int rc = GP_OK;
         unmap_free_pages(p, div_up(cached - keep, p->page), NULL, idle_before, true, &rc, NULL, NULL);
@@ -484,6 +484,13 @@ size_t gp_vmm_release(gp_pool_state *p, size_t keep, uint64_t idle_before, int *
     release_empty_ranges(p);
     size_t after = atomic_load(&p->reserved);
     return before > after ? before - after : 0;
+}
+
+size_t gp_vmm_reclaim_pages(gp_pool_state *p, size_t pages, const gp_tenant *taker, int *failed)
+{
+    *failed = GP_OK;
+    gp_collect_all_pending(p); /* quick-listed and completed pending blocks hide whole free pages */
+    return unmap_free_pages(p, pages, NULL, UINT64_MAX, false, failed, NULL, taker);
 }
 
 size_t gp_vmm_release_tenant(gp_pool_state *p, gp_tenant *t, size_t want, int *failed)

@@ -307,3 +307,112 @@ Test(tenants, pause_fault_rolls_back)
     cr_assert_eq(r.pattern_mismatches, 0, "%s", gp_sim_first_violation(sim));
     cr_assert_eq(gp_free(pool, p, s), GP_OK);
 }
+
+/* ---- issue 9: pause/resume regressions -------------------------------------------------------- */
+
+/* Finding 1: a block freed while its tenant is paused must not shift where the other blocks' contents
+ * come back from (the staging is keyed by block, not by position among the live blocks). */
+Test(tenants, free_while_paused_keeps_other_blocks_contents)
+{
+    open_pool("sim-vmm", "device_memory:1GiB");
+    create("t", 0, 0, 0);
+    gp_stream s = gp_sim_stream_create(sim);
+    cr_assert_eq(gp_tenant_bind_stream(pool, "t", s), GP_OK);
+    void *a, *b, *c;
+    cr_assert_eq(gp_alloc(pool, &a, 64 * 1024, s), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_alloc(pool, &b, 4 * MIB, s), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_alloc(pool, &c, 3 * MIB, s), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_sim_launch(sim, s, a, 64 * 1024, GP_SIM_WRITE, 1, 100), GP_OK);
+    cr_assert_eq(gp_sim_launch(sim, s, b, 4 * MIB, GP_SIM_WRITE, 2, 100), GP_OK);
+    cr_assert_eq(gp_sim_launch(sim, s, c, 3 * MIB, GP_SIM_WRITE, 3, 100), GP_OK);
+    gp_sim_synchronize(sim);
+    cr_assert_eq(gp_tenant_pause(pool, "t", GP_PAUSE_KEEP_CONTENTS), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_free(pool, a, s), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_tenant_resume(pool, "t"), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_sim_launch(sim, s, b, 4 * MIB, GP_SIM_CHECK, 2, 100), GP_OK);
+    cr_assert_eq(gp_sim_launch(sim, s, c, 3 * MIB, GP_SIM_CHECK, 3, 100), GP_OK);
+    gp_sim_synchronize(sim);
+    gp_sim_report r;
+    gp_sim_get_report(sim, &r);
+    cr_assert_eq(r.pattern_mismatches, 0, "B and C came back from the wrong offsets: %s",
+                 gp_sim_first_violation(sim));
+    /* pause again and free the middle one, then the last: every later block still comes back whole */
+    cr_assert_eq(gp_tenant_pause(pool, "t", GP_PAUSE_KEEP_CONTENTS), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_free(pool, b, s), GP_OK);
+    cr_assert_eq(gp_tenant_resume(pool, "t"), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_sim_launch(sim, s, c, 3 * MIB, GP_SIM_CHECK, 3, 100), GP_OK);
+    gp_sim_synchronize(sim);
+    gp_sim_get_report(sim, &r);
+    cr_assert_eq(r.pattern_mismatches, 0, "%s", gp_sim_first_violation(sim));
+    cr_assert_eq(gp_free(pool, c, s), GP_OK);
+}
+
+/* Finding 3: a pause without GP_PAUSE_KEEP_CONTENTS that fails part-way is rolled back with the
+ * tenant's own pages (the same physical memory), so its contents survive the failed pause. */
+Test(tenants, failed_pause_without_staging_keeps_contents)
+{
+    for (uint64_t k = 1; k <= 5; k++) {
+        open_pool("sim-vmm", "device_memory:1GiB");
+        create("m", 0, 0, 0);
+        gp_stream s = gp_sim_stream_create(sim);
+        cr_assert_eq(gp_tenant_bind_stream(pool, "m", s), GP_OK);
+        void *p;
+        cr_assert_eq(gp_alloc(pool, &p, 9 * MIB, s), GP_OK);
+        cr_assert_eq(gp_sim_launch(sim, s, p, 9 * MIB, GP_SIM_WRITE, 7, 100), GP_OK);
+        gp_sim_synchronize(sim);
+        gp_sim_fail_call(sim, k, GP_SIM_CALL_UNMAP, GP_ERR_DEVICE);
+        cr_assert_eq(gp_tenant_pause(pool, "m", 0), GP_ERR_DEVICE, "unmap fault %llu", (unsigned long long)k);
+        cr_assert(strstr(gp_last_error(), "rolled back") != NULL, "%s", gp_last_error());
+        cr_assert(!tenant("m").paused);
+        cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+        cr_assert_eq(gp_sim_launch(sim, s, p, 9 * MIB, GP_SIM_CHECK, 7, 100), GP_OK);
+        gp_sim_synchronize(sim);
+        gp_sim_report r;
+        gp_sim_get_report(sim, &r);
+        cr_assert_eq(r.pattern_mismatches, 0, "unmap fault %llu: the rollback lost the contents: %s",
+                     (unsigned long long)k, gp_sim_first_violation(sim));
+        cr_assert_eq(gp_free(pool, p, s), GP_OK);
+        teardown();
+    }
+}
+
+/* Finding 5: resume gives cached memory back when the device is full, and a trim after a pause gives
+ * back every cached byte (cached = reserved + paused - allocated). */
+Test(tenants, resume_releases_cache_and_trim_after_pause_releases_all)
+{
+    open_pool("sim-vmm", "device_memory:64MiB");
+    create("idle", 0, 0, 0);
+    create("busy", 0, 0, 0);
+    gp_stream s = gp_sim_stream_create(sim), t = gp_sim_stream_create(sim);
+    cr_assert_eq(gp_tenant_bind_stream(pool, "idle", s), GP_OK);
+    cr_assert_eq(gp_tenant_bind_stream(pool, "busy", t), GP_OK);
+    void *a, *keep;
+    cr_assert_eq(gp_alloc(pool, &a, 30 * MIB, s), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_sim_launch(sim, s, a, 30 * MIB, GP_SIM_WRITE, 4, 100), GP_OK);
+    cr_assert_eq(gp_alloc(pool, &keep, 6 * MIB, t), GP_OK, "%s", gp_last_error());
+    gp_sim_synchronize(sim);
+    cr_assert_eq(gp_tenant_pause(pool, "idle", GP_PAUSE_KEEP_CONTENTS), GP_OK, "%s", gp_last_error());
+    /* busy fills the device, then frees: 30 MiB sit in busy's cache */
+    void *b;
+    cr_assert_eq(gp_alloc(pool, &b, 50 * MIB, t), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_free(pool, b, t), GP_OK);
+    cr_assert_eq(gp_tenant_resume(pool, "idle"), GP_OK, "resume must release cache first: %s", gp_last_error());
+    cr_assert_eq(gp_sim_launch(sim, s, a, 30 * MIB, GP_SIM_CHECK, 4, 100), GP_OK);
+    gp_sim_synchronize(sim);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    /* paused with blocks, trim(0) leaves nothing cached */
+    cr_assert_eq(gp_tenant_pause(pool, "idle", 0), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_alloc(pool, &b, 20 * MIB, t), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_free(pool, b, t), GP_OK);
+    cr_assert_eq(gp_trim(pool, 0, NULL), GP_OK, "%s", gp_last_error());
+    gp_stats st = {.size = sizeof st, .version = GP_STATS_VERSION};
+    cr_assert_eq(gp_get_stats(pool, &st), GP_OK);
+    cr_assert_eq(st.cached_bytes, 0, "trim(0) left %llu bytes cached while a tenant is paused",
+                 (unsigned long long)st.cached_bytes);
+    cr_assert_eq(st.reserved_bytes, 6 * MIB);
+    cr_assert_eq(gp_tenant_resume(pool, "idle"), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_free(pool, a, s), GP_OK);
+    cr_assert_eq(gp_free(pool, keep, t), GP_OK);
+}
