@@ -254,11 +254,12 @@ static size_t unmap_pages(gp_pool_state *p, gp_stream_state *owner, gp_segment *
 
 /*
  * Unmaps up to `want` whole pages of FREE blocks anywhere in the pool (oldest ranges first), except
- * inside `keep` (NULL or a FREE block to leave alone) and in blocks free since after `idle_before`;
+ * inside the FREE block right before `spot` (NULL, or an UNMAPPED growth spot whose struct and need
+ * must stay as they are: merging never recycles it then) and in blocks free since after `idle_before`;
  * only in tenant `only` (NULL = any); for a `taker` (NULL = none), other tenants' pages only down to
  * their min. Returns the pages done; *rc gets the first failure.
  */
-static size_t unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *keep, uint64_t idle_before,
+static size_t unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *spot, uint64_t idle_before,
                                bool release, int *rc, const gp_tenant *only, const gp_tenant *taker)
 {
     size_t got = 0;
@@ -272,7 +273,7 @@ static size_t unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *ke
         while (progress && got < want) {
             progress = false;
             for (gp_block *b = seg->first; b != NULL; b = b->next) {
-                if (b->state != GP_BLOCK_FREE || b == keep || b->free_since > idle_before)
+                if (b->state != GP_BLOCK_FREE || (spot != NULL && b->next == spot) || b->free_since > idle_before)
                     continue;
                 uintptr_t first = seg->addr + div_up(b->addr - seg->addr, p->page) * p->page;
                 uintptr_t end = seg->addr + (b->addr + b->size - seg->addr) / p->page * p->page;
@@ -367,26 +368,47 @@ static gp_block *growth_spot(gp_pool_state *p, gp_stream_state *st, size_t rsize
     return spot;
 }
 
+/*
+ * The growth path, one step per paragraph:
+ *
+ * 1. Admission decides first. It may trim the tenant's own cache, which unmaps free pages of the
+ *    tenant's ranges and merges UNMAPPED blocks (recycling their structs), so no block found before it
+ *    may be used after it: the spot is found again once admission is done. Admission is told what the
+ *    best spot needs now; its trimming can only make that more (the FREE block before the spot may
+ *    shrink), so it is asked again until the spot needs no more than it admitted. The need never
+ *    exceeds div_up(rsize, page) and the admitted count grows every round, so this ends.
+ * 2. No spot: a new range (after admission, so that a refused request reserves nothing).
+ * 3. Stitching (defrag) moves free pages elsewhere into the page pool; it leaves alone the FREE block
+ *    right before the spot, so the spot and what it needs stay as they are (only pool-lock holders
+ *    change UNMAPPED blocks).
+ * 4. The pages are mapped. At device OOM, every free page anywhere may serve, and the rest is mapped
+ *    at the spot found then (again protected), within what admission allowed.
+ */
 int gp_vmm_grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
 {
-    pthread_mutex_lock(&st->lock);
-    size_t pages = 0;
-    gp_block *spot = growth_spot(p, st, rsize, small, &pages);
-    const gp_block *keep = spot != NULL && spot->prev != NULL && spot->prev->state == GP_BLOCK_FREE ? spot->prev : NULL;
-    pthread_mutex_unlock(&st->lock);
+    size_t pages = 0, admitted = 0;
+    gp_block *spot = NULL;
     int rc = GP_OK;
+    for (;;) {
+        pthread_mutex_lock(&st->lock);
+        spot = growth_spot(p, st, rsize, small, &pages);
+        pthread_mutex_unlock(&st->lock);
+        if (spot == NULL)
+            pages = div_up(rsize, p->page);
+        if (pages <= admitted)
+            break;
+        rc = gp_tenant_admit(p, st->tenant, pages * p->page, rsize);
+        if (rc != GP_OK)
+            return rc;
+        admitted = pages;
+    }
     if (spot == NULL) {
         gp_segment *seg = NULL;
         rc = new_range(p, st, rsize, small, &seg);
         if (rc != GP_OK)
             return rc;
         spot = seg->first;
-        pages = div_up(rsize, p->page);
-        keep = NULL;
     }
-    rc = gp_tenant_admit(p, st->tenant, pages * p->page, rsize);
-    if (rc != GP_OK)
-        return rc;
     /* Pages beyond the pool's come from the device while the pool stays under its cache cap; past it,
      * from free pages elsewhere (stitching), as many as keep it under the cap. Every stitch raises the
      * cap by the pages it moved (stitch_allowance): a working set that needs more memory than the cap
@@ -402,7 +424,7 @@ int gp_vmm_grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
             size_t want = div_up(after - cap, p->page);
             if (want > pages - p->pooled_count)
                 want = pages - p->pooled_count;
-            size_t moved = unmap_free_pages(p, want, keep, UINT64_MAX, false, &urc, NULL, st->tenant);
+            size_t moved = unmap_free_pages(p, want, spot, UINT64_MAX, false, &urc, NULL, st->tenant);
             if (moved > 0) {
                 atomic_fetch_add(&p->num_stitches, 1);
                 p->stitch_allowance += moved * p->page;
@@ -418,14 +440,20 @@ int gp_vmm_grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
     if (rc == GP_ERR_OOM) {
         /* The device is full: every free page anywhere may serve, then try the rest again. */
         int urc = GP_OK;
+        size_t more = 0;
         gp_collect_all_pending(p);
-        unmap_free_pages(p, pages - done, NULL, UINT64_MAX, false, &urc, NULL, st->tenant);
         pthread_mutex_lock(&st->lock);
-        spot = growth_spot(p, st, rsize, small, &pages);
-        done = spot != NULL ? map_front(p, st, spot->segment, spot, pages, &rc) : 0;
+        spot = growth_spot(p, st, rsize, small, &more);
         pthread_mutex_unlock(&st->lock);
-        if (spot != NULL && done == pages)
-            return GP_OK;
+        if (spot != NULL && done + more <= admitted) {
+            unmap_free_pages(p, more, spot, UINT64_MAX, false, &urc, NULL, st->tenant);
+            pthread_mutex_lock(&st->lock);
+            assert(spot->state == GP_BLOCK_UNMAPPED);
+            size_t again = map_front(p, st, spot->segment, spot, more, &rc);
+            pthread_mutex_unlock(&st->lock);
+            if (again == more)
+                return GP_OK;
+        }
     }
     return rc != GP_OK ? rc : gp_error_set(GP_ERR_OOM, "could not map %zu pages", pages);
 }

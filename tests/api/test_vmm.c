@@ -319,3 +319,45 @@ Test(vmm, unmap_and_create_faults_change_nothing)
         teardown();
     }
 }
+
+/* ---- issue 9 regressions ----------------------------------------------------------------------- */
+
+/* Finding 2: the growth spot must not be chosen before the tenant's admission, which may trim the
+ * tenant's own cache and so merge (and recycle) the UNMAPPED block the spot pointed to. */
+static void growth_after_own_trim(const char *config)
+{
+    open_pool(config);
+    gp_tenant_limits l = {.max = 6 * MIB};
+    cr_assert_eq(gp_tenant_create(pool, "t", &l), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_tenant_bind_stream(pool, "t", stream), GP_OK);
+    void *a = alloc_written(2 * MIB, 1);
+    void *b = alloc_written(2 * MIB, 2);
+    cr_assert_eq(gp_free(pool, b, stream), GP_OK);
+    void *c = NULL;
+    int rc = gp_alloc(pool, &c, 5 * MIB, stream);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    gp_sim_report r;
+    gp_sim_get_report(sim, &r);
+    cr_assert_eq(r.bad_calls, 0, "%s", gp_sim_first_violation(sim));
+    cr_assert(rc == GP_ERR_QUOTA || rc == GP_OK, "%d: %s", rc, gp_last_error());
+    /* 2 MiB live + 6 MiB (5 MiB rounded to pages) is over the 6 MiB max */
+    cr_assert_eq(rc, GP_ERR_QUOTA, "%s", gp_last_error());
+    cr_assert(strstr(gp_last_error(), "'t'") != NULL, "%s", gp_last_error());
+    c = alloc_written(4 * MIB, 3); /* fits: 2 + 4 MiB */
+    check_pattern(a, 2 * MIB, 1);
+    check_pattern(c, 4 * MIB, 3);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    gp_sim_synchronize(sim);
+    cr_assert_eq(gp_free(pool, a, stream), GP_OK);
+    cr_assert_eq(gp_free(pool, c, stream), GP_OK);
+}
+
+Test(vmm, growth_spot_survives_the_tenants_own_trim)
+{
+    growth_after_own_trim("device_memory:1GiB,defrag:off,cache_slack:off");
+}
+
+Test(vmm, growth_spot_survives_the_tenants_own_trim_small_reserve)
+{
+    growth_after_own_trim("device_memory:1GiB,defrag:off,cache_slack:off,vmm_reserve:8MiB");
+}
