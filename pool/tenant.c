@@ -12,9 +12,13 @@
 #include "format.h"
 #include "pool_state.h"
 
-/* The calling thread's current tenants, innermost last (one stack for all pools). */
+/* The calling thread's current tenants, innermost last (one stack for all pools). A frame names its
+ * pool by the pool's serial, which is unique in the process and never reused: a frame left behind by a
+ * pool destroyed without a pop can never match a later pool, even one whose state malloc placed at the
+ * old address (its tenant index would name a tenant the new pool does not have). gp_pool_destroy drops
+ * the destroying thread's frames of the pool; another thread's stay, inert, until it pops them. */
 typedef struct tenant_frame {
-    const gp_pool_state *pool;
+    uint64_t pool_serial;
     unsigned tenant;
 } tenant_frame;
 
@@ -74,7 +78,7 @@ static gp_binding *find_binding(const gp_tenant_registry *reg, gp_stream handle)
 unsigned gp_tenant_resolve(gp_pool_state *p, gp_stream stream)
 {
     for (unsigned i = tenant_depth; i-- > 0;)
-        if (tenant_stack[i].pool == p)
+        if (tenant_stack[i].pool_serial == p->serial)
             return tenant_stack[i].tenant;
     gp_binding *b = find_binding(&p->tenants, stream);
     if (b != NULL) {
@@ -257,7 +261,7 @@ GP_API int gp_tenant_push(gp_pool *pool, const char *name)
     if (tenant_depth >= GP_TENANT_STACK_MAX)
         return gp_error_set(GP_ERR_INVALID, "gp_tenant_push: tenants nest at most %d deep in one thread",
                             GP_TENANT_STACK_MAX);
-    tenant_stack[tenant_depth++] = (tenant_frame){p, t->index};
+    tenant_stack[tenant_depth++] = (tenant_frame){p->serial, t->index};
     gp_tenant_thread_generation++;
     return GP_OK;
 }
@@ -269,7 +273,7 @@ GP_API int gp_tenant_pop(gp_pool *pool)
     if (rc != GP_OK)
         return rc;
     for (unsigned i = tenant_depth; i-- > 0;) {
-        if (tenant_stack[i].pool != p)
+        if (tenant_stack[i].pool_serial != p->serial)
             continue;
         memmove(&tenant_stack[i], &tenant_stack[i + 1], (tenant_depth - i - 1) * sizeof tenant_stack[0]);
         tenant_depth--;
@@ -277,6 +281,17 @@ GP_API int gp_tenant_pop(gp_pool *pool)
         return GP_OK;
     }
     return gp_error_set(GP_ERR_INVALID, "gp_tenant_pop: this thread has no current tenant of this pool");
+}
+
+void gp_tenant_forget_pool(uint64_t pool_serial)
+{
+    unsigned kept = 0;
+    for (unsigned i = 0; i < tenant_depth; i++)
+        if (tenant_stack[i].pool_serial != pool_serial)
+            tenant_stack[kept++] = tenant_stack[i];
+    if (kept != tenant_depth)
+        gp_tenant_thread_generation++;
+    tenant_depth = kept;
 }
 
 GP_API int gp_tenant_bind_stream(gp_pool *pool, const char *name, gp_stream stream)

@@ -69,6 +69,9 @@ void gp_tenant_registry_free(gp_tenant_registry *reg);
  * the stream's binding, else 0 ("default"). Lock-free. */
 unsigned gp_tenant_resolve(struct gp_pool_state *p, gp_stream stream);
 
+/* Drops the calling thread's frames of the pool with this serial (gp_pool_destroy). */
+void gp_tenant_forget_pool(uint64_t pool_serial);
+
 /* Bumped by every push and pop of the calling thread (state caches compare it). */
 extern _Thread_local uint64_t gp_tenant_thread_generation;
 

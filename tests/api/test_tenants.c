@@ -416,3 +416,32 @@ Test(tenants, resume_releases_cache_and_trim_after_pause_releases_all)
     cr_assert_eq(gp_free(pool, a, s), GP_OK);
     cr_assert_eq(gp_free(pool, keep, t), GP_OK);
 }
+
+/* Finding 4: a tenant frame left on the thread by a destroyed pool must not apply to a later pool,
+ * even one whose state malloc placed at the old pool's address (tried several times so that the plain
+ * build reuses the address; ASan's quarantine would not). */
+Test(tenants, frame_of_a_destroyed_pool_does_not_apply_to_a_new_one)
+{
+    for (int i = 0; i < 8; i++) {
+        open_pool("sim", "device_memory:256MiB");
+        create("gone", 0, 0, 0);
+        create("gone2", 0, 0, 0);
+        cr_assert_eq(gp_tenant_push(pool, "gone2"), GP_OK);
+        gp_pool_destroy(pool, NULL); /* no pop */
+        gp_sim_release(sim);
+        open_pool("sim", "device_memory:256MiB");
+        void *p;
+        cr_assert_eq(gp_alloc(pool, &p, 1 * MIB, NULL), GP_OK, "%s", gp_last_error());
+        cr_assert_eq(tenant("default").allocated_bytes, 1 * MIB, "charged to the new pool's default tenant");
+        cr_assert_eq(gp_tenant_pop(pool), GP_ERR_INVALID, "the new pool has no frame on this thread");
+        cr_assert_eq(gp_free(pool, p, NULL), GP_OK);
+        teardown();
+    }
+    /* frames of destroyed pools do not use up the nesting depth of the destroying thread */
+    for (int i = 0; i < 40; i++) {
+        open_pool("sim", "device_memory:256MiB");
+        create("x", 0, 0, 0);
+        cr_assert_eq(gp_tenant_push(pool, "x"), GP_OK, "push %d: %s", i, gp_last_error());
+        teardown();
+    }
+}
