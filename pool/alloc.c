@@ -267,7 +267,8 @@ GP_API int gp_alloc(gp_pool *pool, void **out, size_t size, gp_stream stream)
     }
 
     pthread_mutex_lock(&st->lock);
-    if (atomic_load_explicit(&st->pending_count, memory_order_relaxed) != 0)
+    /* pending_scan 0 queries none here (gp_pending_collect's own 0 would mean all of them) */
+    if (p->cfg.pending_scan != 0 && atomic_load_explicit(&st->pending_count, memory_order_relaxed) != 0)
         gp_pending_collect(p, st, p->cfg.pending_scan);
     gp_block *b = NULL;
     if (gp_block_map_reserve(&st->live)) {
