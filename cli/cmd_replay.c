@@ -64,19 +64,18 @@ static void plot_observe(void *opaque, unsigned repeat, size_t index, uint64_t l
         p->allocated[b] = (double)stats->allocated_bytes;
 }
 
+/* s as a JSON string (format.c escapes quotes, control bytes and bytes that are not UTF-8). */
 static void json_string(FILE *f, const char *s)
 {
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
+    size_t n = gp_format_json_string(NULL, 0, s);
+    char *quoted = malloc(n + 1);
+    if (quoted == NULL) {
+        fputs("null", f);
+        return;
     }
-    fputc('"', f);
+    gp_format_json_string(quoted, n + 1, s);
+    fputs(quoted, f);
+    free(quoted);
 }
 
 static const char *base_name(const char *path)

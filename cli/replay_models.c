@@ -27,6 +27,20 @@ typedef struct model {
     uint64_t live, peak_live, failed, quota, refused_other;
 } model;
 
+/* s as a JSON string on stdout (format.c's escaping). */
+static void put_json_string(const char *s)
+{
+    size_t n = gp_format_json_string(NULL, 0, s);
+    char *quoted = malloc(n + 1);
+    if (quoted == NULL) {
+        fputs("null", stdout);
+        return;
+    }
+    gp_format_json_string(quoted, n + 1, s);
+    fputs(quoted, stdout);
+    free(quoted);
+}
+
 typedef struct merged_event {
     uint64_t time_us;
     uint32_t model, index;
@@ -173,9 +187,11 @@ int gp_replay_models(const char **specs, int count, const char *device_memory, c
     if (status == 0) {
         gp_stats st = {.size = sizeof st, .version = GP_STATS_VERSION};
         gp_get_stats(pool, &st);
-        if (json)
-            printf("{\"device_memory\":\"%s\",\"peak_reserved_bytes\":%llu,\"tenants\":[", device_memory,
-                   (unsigned long long)st.reserved_bytes_peak);
+        if (json) {
+            fputs("{\"device_memory\":", stdout);
+            put_json_string(device_memory);
+            printf(",\"peak_reserved_bytes\":%llu,\"tenants\":[", (unsigned long long)st.reserved_bytes_peak);
+        }
         else
             printf("%-16s %12s %14s %14s %10s %10s  %s\n", "model", "max", "peak live", "peak held", "refused",
                    "other", "trace");
@@ -184,18 +200,23 @@ int gp_replay_models(const char **specs, int count, const char *device_memory, c
             gp_tenant_stats ts = {.size = sizeof ts, .version = GP_TENANT_STATS_VERSION};
             gp_tenant_get_stats(pool, m->name, &ts);
             char a[GP_SIZE_TEXT_MAX], b[GP_SIZE_TEXT_MAX], c[GP_SIZE_TEXT_MAX];
-            if (json)
-                printf("%s{\"name\":\"%s\",\"trace\":\"%s\",\"max\":%llu,\"min\":%llu,\"peak_bytes\":%llu,"
+            if (json) {
+                fputs(i ? ",{\"name\":" : "{\"name\":", stdout);
+                put_json_string(m->name);
+                fputs(",\"trace\":", stdout);
+                put_json_string(m->path);
+                printf(",\"max\":%llu,\"min\":%llu,\"peak_bytes\":%llu,"
                        "\"peak_live_bytes\":%llu,\"refusals\":%llu,\"failed_allocations\":%llu}",
-                       i ? "," : "", m->name, m->path, (unsigned long long)m->limits.max,
+                       (unsigned long long)m->limits.max,
                        (unsigned long long)m->limits.min, (unsigned long long)ts.held_bytes_peak,
                        (unsigned long long)m->peak_live, (unsigned long long)ts.refusals,
                        (unsigned long long)m->failed);
-            else
+            } else {
                 printf("%-16s %12s %14s %14s %10llu %10llu  %s\n", m->name,
                        m->limits.max ? gp_format_size(m->limits.max, a) : "none", gp_format_size(m->peak_live, b),
                        gp_format_size(ts.held_bytes_peak, c), (unsigned long long)m->quota,
                        (unsigned long long)m->refused_other, m->path);
+            }
         }
         if (json)
             printf("]}\n");

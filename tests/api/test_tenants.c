@@ -445,3 +445,22 @@ Test(tenants, frame_of_a_destroyed_pool_does_not_apply_to_a_new_one)
         teardown();
     }
 }
+
+/* Finding 9: tenant names are JSON-escaped in gp_stats_json (quotes, backslashes, control bytes, and
+ * bytes that are not UTF-8 become U+FFFD), so the output always parses. */
+Test(tenants, stats_json_escapes_tenant_names)
+{
+    open_pool("sim", "device_memory:256MiB");
+    create("q\"uote", 0, 0, 0);
+    create("back\\slash", 0, 0, 0);
+    create("tab\there\x01", 0, 0, 0);
+    create("bad\xff utf8 caf\xc3\xa9", 0, 0, 0);
+    char json[16384];
+    cr_assert_eq(gp_stats_json(pool, json, sizeof json, NULL), GP_OK, "%s", gp_last_error());
+    cr_assert(strstr(json, "\"name\":\"q\\\"uote\"") != NULL, "%s", json);
+    cr_assert(strstr(json, "\"name\":\"back\\\\slash\"") != NULL, "%s", json);
+    cr_assert(strstr(json, "\"name\":\"tab\\there\\u0001\"") != NULL, "%s", json);
+    cr_assert(strstr(json, "\"name\":\"bad\\ufffd utf8 caf\xc3\xa9\"") != NULL, "%s", json);
+    for (const char *c = json; *c; c++)
+        cr_assert((unsigned char)*c >= 0x20, "a raw control byte in the JSON at %zu", (size_t)(c - json));
+}
