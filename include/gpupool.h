@@ -150,7 +150,9 @@ typedef struct gp_tenant_limits {
 
 #define GP_TENANT_NAME_MAX 64 /* names are 1..63 bytes */
 
-/* Creates a tenant; GP_ERR_INVALID for a bad or duplicate name or min > max. limits may be NULL. */
+/* Creates a tenant; GP_ERR_INVALID for a bad or duplicate name, min > max, a min above the device's
+ * memory, or mins of all tenants that would add up past it (guarantees that could not all be kept).
+ * limits may be NULL. gp_tenant_set_limits checks the same. */
 GP_API int gp_tenant_create(gp_pool *pool, const char *name, const gp_tenant_limits *limits);
 /* Changes a tenant's limits at run time (see above for lowering max). */
 GP_API int gp_tenant_set_limits(gp_pool *pool, const char *name, const gp_tenant_limits *limits);

@@ -464,3 +464,35 @@ Test(tenants, stats_json_escapes_tenant_names)
     for (const char *c = json; *c; c++)
         cr_assert((unsigned char)*c >= 0x20, "a raw control byte in the JSON at %zu", (size_t)(c - json));
 }
+
+/* Finding 10: min guarantees are checked against the device: a min above it, or mins adding up past
+ * it, are refused (they wrapped the admission's sums and guaranteed nothing, or refused everyone). */
+Test(tenants, min_guarantees_cannot_wrap_or_exceed_the_device)
+{
+    open_pool("sim", "device_memory:256MiB");
+    gp_tenant_limits huge = {.min = SIZE_MAX};
+    cr_assert_eq(gp_tenant_create(pool, "huge", &huge), GP_ERR_INVALID, "min SIZE_MAX was accepted");
+    cr_assert(strstr(gp_last_error(), "min") != NULL, "%s", gp_last_error());
+    gp_tenant_limits half = {.min = (size_t)1 << 63};
+    cr_assert_eq(gp_tenant_create(pool, "h1", &half), GP_ERR_INVALID, "min 2^63 on a 256 MiB device");
+    gp_tenant_limits over = {.min = 300 * MIB};
+    cr_assert_eq(gp_tenant_create(pool, "over", &over), GP_ERR_INVALID);
+    create("a", 0, 0, 200 * MIB);
+    gp_tenant_limits b = {.min = 100 * MIB};
+    cr_assert_eq(gp_tenant_create(pool, "b", &b), GP_ERR_INVALID, "200 + 100 MiB of mins on 256 MiB");
+    cr_assert(strstr(gp_last_error(), "256.0 MiB") != NULL, "names the device: %s", gp_last_error());
+    create("c", 0, 0, 0);
+    cr_assert_eq(gp_tenant_set_limits(pool, "c", &b), GP_ERR_INVALID, "set_limits checks the sum too");
+    gp_tenant_limits fits = {.min = 56 * MIB};
+    cr_assert_eq(gp_tenant_set_limits(pool, "c", &fits), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_tenant_set_limits(pool, "a", &(gp_tenant_limits){.min = 200 * MIB}), GP_OK,
+                 "a tenant's own old min does not count against its new one: %s", gp_last_error());
+    cr_assert_eq(tenant("c").min, 56 * MIB);
+    /* the guarantee holds: the default tenant may take what no min is owed */
+    void *p = NULL, *q = NULL;
+    cr_assert_eq(gp_alloc(pool, &p, 10 * MIB, NULL), GP_ERR_OOM, "all 256 MiB are owed to a and c");
+    cr_assert_eq(gp_tenant_set_limits(pool, "c", &(gp_tenant_limits){.min = 0}), GP_OK);
+    cr_assert_eq(gp_alloc(pool, &p, 40 * MIB, NULL), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_alloc(pool, &q, 30 * MIB, NULL), GP_ERR_OOM, "would eat into a's 200 MiB");
+    cr_assert_eq(gp_free(pool, p, NULL), GP_OK);
+}
