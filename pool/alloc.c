@@ -173,17 +173,49 @@ static int alloc_slow_vmm(gp_pool_state *p, gp_stream_state *st, size_t size, si
     return rc == GP_ERR_OOM ? out_of_memory(p, size, st->handle) : rc;
 }
 
-/* The slow path: called with no lock held. */
+/* True when st owns device memory: a segment, or a range with pages mapped (pool lock held). */
+static bool owns_memory(gp_pool_state *p, const gp_stream_state *st)
+{
+    for (const gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next)
+        if (seg->owner == st && seg->mapped_bytes > 0)
+            return true;
+    return false;
+}
+
+static int alloc_slow_locked(gp_pool_state *p, gp_stream_state *st, size_t size, size_t rsize, bool small,
+                             void **out);
+
+/*
+ * The slow path: called with no lock held. A state not yet counted against max_streams (stream.h) is
+ * counted once the allocation succeeds or leaves memory in it; one that fails and holds nothing stays
+ * uncounted, so that refused calls do not use up the pool's streams. Room is checked first, under the
+ * same pool lock, so the count never passes max_streams.
+ */
 static int alloc_slow(gp_pool_state *p, gp_stream_state *st, size_t size, size_t rsize, bool small, void **out)
 {
     pthread_mutex_lock(&p->lock);
+    int rc = GP_OK;
+    if (!st->claimed && p->streams.claimed >= p->streams.max_streams)
+        rc = gp_stream_claim(&p->streams, st); /* fails, saying max_streams */
+    if (rc == GP_OK) {
+        rc = alloc_slow_locked(p, st, size, rsize, small, out);
+        if (!st->claimed && (rc == GP_OK || owns_memory(p, st)))
+            gp_stream_claim(&p->streams, st); /* cannot fail: room was checked under this lock */
+    }
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+
+/* The slow path proper (pool lock held). */
+static int alloc_slow_locked(gp_pool_state *p, gp_stream_state *st, size_t size, size_t rsize, bool small,
+                             void **out)
+{
     int failed;
     gp_maintain_locked(p, &failed); /* a failure to give memory back does not fail the allocation */
     if (p->page != 0) {
         int rc = alloc_slow_vmm(p, st, size, rsize, small, out);
         if (rc == GP_ERR_QUOTA)
             atomic_fetch_add(&st->tenant->refusals, 1);
-        pthread_mutex_unlock(&p->lock);
         return rc;
     }
     int rc = GP_OK;
@@ -231,7 +263,6 @@ static int alloc_slow(gp_pool_state *p, gp_stream_state *st, size_t size, size_t
         *out = (void *)b->addr;
     if (rc == GP_ERR_QUOTA)
         atomic_fetch_add(&st->tenant->refusals, 1);
-    pthread_mutex_unlock(&p->lock);
     return rc;
 }
 
@@ -258,7 +289,7 @@ GP_API int gp_alloc(gp_pool *pool, void **out, size_t size, gp_stream stream)
         return rc;
     bool small = rsize <= p->cfg.small_size;
     if (atomic_load_explicit(&st->tenant->gate, memory_order_relaxed) != GP_OK) {
-        rc = gated(p, st->tenant, size);
+        rc = gated(p, st->tenant, size); /* a refusal leaves a new st unclaimed (stream.h) */
         if (rc != GP_OK) {
             if (p->log != NULL)
                 gp_trace_log_event(p->log, GP_TRACE_ALLOCATE_FAILURE, 0, size, stream);

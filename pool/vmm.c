@@ -369,6 +369,27 @@ static gp_block *growth_spot(gp_pool_state *p, gp_stream_state *st, size_t rsize
 }
 
 /*
+ * Undoes a growth that failed part-way: the n pages mapped at `from` go back to the page pool (mapped
+ * nowhere, reusable by anyone), so that the failed request changes nothing but the pool's page cache.
+ * Skipped when a fast path has taken part of them meanwhile (they are in use, and stay), or when an
+ * unmap fails (they stay FREE in st's heap: nothing is lost). Pool lock held, st not locked.
+ */
+static void undo_growth(gp_pool_state *p, gp_stream_state *st, gp_segment *seg, uintptr_t from, size_t n)
+{
+    if (n == 0)
+        return;
+    pthread_mutex_lock(&st->lock);
+    gp_block *b = seg->first;
+    while (b != NULL && b->addr + b->size <= from)
+        b = b->next;
+    if (b != NULL && b->state == GP_BLOCK_FREE && b->addr <= from && from + n * p->page <= b->addr + b->size) {
+        int rc = GP_OK;
+        unmap_pages(p, st, seg, b, from, n, false, &rc);
+    }
+    pthread_mutex_unlock(&st->lock);
+}
+
+/*
  * The growth path, one step per paragraph:
  *
  * 1. Admission decides first. It may trim the tenant's own cache, which unmaps free pages of the
@@ -383,6 +404,8 @@ static gp_block *growth_spot(gp_pool_state *p, gp_stream_state *st, size_t rsize
  *    change UNMAPPED blocks).
  * 4. The pages are mapped. At device OOM, every free page anywhere may serve, and the rest is mapped
  *    at the spot found then (again protected), within what admission allowed.
+ * 5. A growth that still falls short gives the pages it mapped back to the page pool (undo_growth):
+ *    a failed request leaves no memory behind in st's heap.
  */
 int gp_vmm_grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
 {
@@ -433,7 +456,9 @@ int gp_vmm_grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
     }
     pthread_mutex_lock(&st->lock);
     assert(spot->state == GP_BLOCK_UNMAPPED); /* only pool-lock holders change UNMAPPED blocks */
-    size_t done = map_front(p, st, spot->segment, spot, pages, &rc);
+    gp_segment *grown = spot->segment;
+    uintptr_t from = spot->addr;
+    size_t done = map_front(p, st, grown, spot, pages, &rc);
     pthread_mutex_unlock(&st->lock);
     if (done == pages)
         return GP_OK;
@@ -449,12 +474,16 @@ int gp_vmm_grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
             unmap_free_pages(p, more, spot, UINT64_MAX, false, &urc, NULL, st->tenant);
             pthread_mutex_lock(&st->lock);
             assert(spot->state == GP_BLOCK_UNMAPPED);
-            size_t again = map_front(p, st, spot->segment, spot, more, &rc);
+            gp_segment *seg2 = spot->segment;
+            uintptr_t from2 = spot->addr;
+            size_t again = map_front(p, st, seg2, spot, more, &rc);
             pthread_mutex_unlock(&st->lock);
             if (again == more)
                 return GP_OK;
+            undo_growth(p, st, seg2, from2, again);
         }
     }
+    undo_growth(p, st, grown, from, done);
     return rc != GP_OK ? rc : gp_error_set(GP_ERR_OOM, "could not map %zu pages", pages);
 }
 

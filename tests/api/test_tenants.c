@@ -496,3 +496,74 @@ Test(tenants, min_guarantees_cannot_wrap_or_exceed_the_device)
     cr_assert_eq(gp_alloc(pool, &q, 30 * MIB, NULL), GP_ERR_OOM, "would eat into a's 200 MiB");
     cr_assert_eq(gp_free(pool, p, NULL), GP_OK);
 }
+
+/* Finding 11: calls that fail do not use up max_streams: with max_streams:2, two refused calls on two
+ * new streams leave room for real allocations on two more. */
+static void two_failures_then_two_streams(const char *backend, int why)
+{
+    open_pool(backend, "device_memory:256MiB,max_streams:2");
+    gp_stream s[4];
+    for (int i = 0; i < 4; i++)
+        s[i] = gp_sim_stream_create(sim);
+    void *hold = NULL, *p = NULL;
+    create("t", why == 1 ? 1 * MIB : 0, 0, 0);
+    if (why == 2)
+        cr_assert_eq(gp_tenant_pause(pool, "t", 0), GP_OK, "%s", gp_last_error());
+    for (int i = 0; i < 2; i++) {
+        int rc;
+        if (why == 0) {
+            rc = gp_record_stream(pool, (void *)(uintptr_t)0x1234000, s[i]);
+            cr_assert_eq(rc, GP_ERR_NOT_OWNED, "%s", gp_last_error());
+        } else if (why == 3) {
+            rc = gp_alloc(pool, &p, 300 * MIB, s[i]);
+            cr_assert_eq(rc, GP_ERR_INVALID);
+            cr_assert_eq(gp_tenant_push(pool, "t"), GP_OK);
+            rc = gp_alloc(pool, &p, 200 * MIB, s[i]);
+            cr_assert_eq(gp_tenant_pop(pool), GP_OK);
+            if (rc == GP_OK) { /* the first fits the empty device: hold it so the next cannot */
+                hold = p;
+                continue;
+            }
+            cr_assert_eq(rc, GP_ERR_OOM, "%s", gp_last_error());
+        } else {
+            cr_assert_eq(gp_tenant_push(pool, "t"), GP_OK);
+            rc = gp_alloc(pool, &p, 4 * MIB, s[i]);
+            cr_assert_eq(gp_tenant_pop(pool), GP_OK);
+            cr_assert_eq(rc, why == 1 ? GP_ERR_QUOTA : GP_ERR_PAUSED, "%s", gp_last_error());
+        }
+    }
+    void *a, *b;
+    int used = hold != NULL ? 1 : 0; /* the held block's pair counts */
+    cr_assert_eq(gp_alloc(pool, &a, 1 * MIB, s[2]), GP_OK, "%s %d: failed calls used up max_streams: %s", backend, why,
+                 gp_last_error());
+    if (used == 0)
+        cr_assert_eq(gp_alloc(pool, &b, 1 * MIB, s[3]), GP_OK, "%s", gp_last_error());
+    else
+        cr_assert_eq(gp_alloc(pool, &b, 1 * MIB, s[3]), GP_ERR_INVALID, "a third pair is one too many");
+    cr_assert(used == 1 || strstr(gp_last_error(), "max_streams") == NULL);
+    cr_assert_eq(gp_free(pool, a, s[2]), GP_OK);
+    if (used == 0)
+        cr_assert_eq(gp_free(pool, b, s[3]), GP_OK);
+    if (hold != NULL)
+        cr_assert_eq(gp_free(pool, hold, s[0]), GP_OK);
+    if (why == 2)
+        cr_assert_eq(gp_tenant_resume(pool, "t"), GP_OK, "%s", gp_last_error());
+}
+
+Test(tenants, failed_record_stream_does_not_use_up_max_streams)
+{
+    two_failures_then_two_streams("sim", 0);
+}
+
+Test(tenants, refused_allocations_do_not_use_up_max_streams)
+{
+    two_failures_then_two_streams("sim", 1);
+    teardown();
+    two_failures_then_two_streams("sim-vmm", 1);
+    teardown();
+    two_failures_then_two_streams("sim-vmm", 2);
+    teardown();
+    two_failures_then_two_streams("sim", 3);
+    teardown();
+    two_failures_then_two_streams("sim-vmm", 3);
+}
