@@ -159,16 +159,13 @@ def parse_size(value: int | float | str | None) -> int:
 
 
 def _name(name: Any) -> bytes:
-    """A tenant name as the C library takes it: 1 to 63 bytes of UTF-8 without NUL (ctypes would cut a
-    name at its first NUL, so "a\\0b" would be tenant "a")."""
+    """A tenant name as UTF-8 bytes for the C library, which checks its length (1 to 63 bytes). A NUL
+    is refused here: ctypes would cut the name at it, so "a\\0b" would be tenant "a"."""
     if not isinstance(name, str):
         raise TypeError(f"a tenant name is a str, not {type(name).__name__}")
-    raw = name.encode()
     if "\0" in name:
         raise ValueError(f"tenant name {name!r} contains a NUL character")
-    if not 1 <= len(raw) <= _lib.GP_TENANT_NAME_MAX - 1:
-        raise ValueError(f"tenant name {name!r} is {len(raw)} bytes; a name is 1 to {_lib.GP_TENANT_NAME_MAX - 1}")
-    return raw
+    return name.encode()
 
 
 # ---- devices and pools ----------------------------------------------------------------------------

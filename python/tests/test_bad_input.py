@@ -56,9 +56,9 @@ class Names(SimTestCase):
         with self.assertRaises(TypeError):
             with gpupool.model(None):
                 pass
-        with self.assertRaises(ValueError):
+        with self.assertRaises(gpupool.GpupoolError):  # the C library's length check
             gpupool.set_limits("")
-        with self.assertRaises(ValueError):
+        with self.assertRaises(gpupool.GpupoolError):
             gpupool.set_limits("x" * 64)
         with self.assertRaises(ValueError):
             gpupool.pause("a\0b")
