@@ -560,6 +560,14 @@ int gp_trace_read(gp_trace *trace, const char *path, char *err, size_t errlen)
             return fail(err, errlen, "%s: out of host memory", path);
         }
         size_t got = fread(text + len, 1, cap - len, f);
+        /* A trace is text: a NUL byte means binary data (and /dev/zero would be read without end). */
+        const char *nul = got > 0 ? memchr(text + len, '\0', got) : NULL;
+        if (nul != NULL) {
+            size_t at = (size_t)(nul - text);
+            fclose(f);
+            free(text);
+            return fail(err, errlen, "%s: a NUL byte at offset %zu: not a text trace (expected CSV lines)", path, at);
+        }
         len += got;
         if (got == 0)
             break;
