@@ -8,9 +8,9 @@
 #include <string.h>
 
 #include "cli.h"
-#include "config.h"
-#include "error.h"
-#include "format.h"
+#include "base/config.h"
+#include "base/error.h"
+#include "base/format.h"
 #include "replay.h"
 #include "replay_models.h"
 #include "svg.h"
