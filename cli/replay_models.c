@@ -116,7 +116,8 @@ static int compare_events(const void *a, const void *b)
     return x->index < y->index ? -1 : x->index > y->index;
 }
 
-int gp_replay_models(const char **specs, int count, const char *device_memory, const char *conf, int json)
+int gp_replay_models(const char **specs, int count, const char *device_memory, const char *conf, int json,
+                     const char *snapshot, unsigned snapshot_flags)
 {
     char err[1024];
     model *models = calloc((size_t)count, sizeof *models);
@@ -157,6 +158,9 @@ int gp_replay_models(const char **specs, int count, const char *device_memory, c
                  streams > 256 ? streams : 256, conf[0] ? "," : "", conf);
         if (gp_pool_create(&pool, 0, NULL, cfg) != GP_OK || (sim = gp_sim_of(pool)) == NULL) {
             fprintf(stderr, "gpupool replay: cannot create a simulated pool with \"%s\": %s\n", cfg, gp_last_error());
+            status = 1;
+        } else if (snapshot != NULL && gp_history_record(pool, 4 * total + 4096) != GP_OK) {
+            fprintf(stderr, "gpupool replay: --snapshot: %s\n", gp_last_error());
             status = 1;
         }
     }
@@ -207,6 +211,10 @@ int gp_replay_models(const char **specs, int count, const char *device_memory, c
             for (size_t s = 0; models[i].ptrs != NULL && s < models[i].trace.num_allocs; s++)
                 if (models[i].ptrs[s] != NULL)
                     gp_free(pool, models[i].ptrs[s], models[i].streams[models[i].trace.slot_stream[s]]);
+    if (status == 0 && snapshot != NULL && gp_snapshot_write(&pool, 1, snapshot, snapshot_flags) != GP_OK) {
+        fprintf(stderr, "gpupool replay: --snapshot: %s\n", gp_last_error());
+        status = 1;
+    }
     if (status == 0) {
         gp_stats st = {.size = sizeof st, .version = GP_STATS_VERSION};
         gp_get_stats(pool, &st);

@@ -67,6 +67,8 @@ static int alloc_slow(gp_pool_state *p, gp_stream_state *st, size_t size, size_t
         rc = p->provider->alloc(p, st, size, rsize, small, out);
         if (rc == GP_ERR_QUOTA)
             atomic_fetch_add(&st->tenant->refusals, 1);
+        if (rc == GP_ERR_OOM)
+            gp_history_note(p, GP_HIST_OOM, 0, size, st->handle, st->tenant->index);
         if (!st->claimed && (rc == GP_OK || owns_memory(p, st)))
             gp_stream_claim(&p->streams, st); /* cannot fail: room was checked under this lock */
     }

@@ -376,6 +376,8 @@ static int map_page(gp_pool_state *p, gp_segment *seg, size_t i, gp_phys handle)
         return rc;
     seg->pages[i] = handle;
     atomic_fetch_add(&p->num_maps, 1);
+    gp_history_note(p, GP_HIST_SEGMENT_MAP, seg->addr + i * p->page, p->page, seg->owner->handle,
+                    seg->owner->tenant->index);
     seg->mapped_bytes += p->page;
     p->paused_bytes -= p->page;
     gp_tenant_charge(seg->owner->tenant, (int64_t)p->page);
@@ -421,6 +423,7 @@ int gp_vmm_pause_range(gp_pool_state *p, gp_segment *seg, gp_held_page *held, si
         if (rc != GP_OK)
             return rc;
         atomic_fetch_add(&p->num_unmaps, 1);
+        gp_history_note(p, GP_HIST_SEGMENT_UNMAP, va, p->page, seg->owner->handle, seg->owner->tenant->index);
         seg->mapped_bytes -= p->page;
         p->paused_bytes += p->page;
         gp_tenant_charge(seg->owner->tenant, -(int64_t)p->page);
