@@ -53,9 +53,16 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t bytes, bool small,
         free(b);
         return gp_error_set(GP_ERR_OOM, "out of host memory for segment metadata");
     }
-    gp_devptr addr = 0;
-    int rc = p->ops->mem_alloc(p->ctx, bytes, &addr);
+    int rc = gp_pool_ledger_charge(p, st->tenant, bytes, bytes, true); /* before the device call */
     if (rc != GP_OK) {
+        free(seg);
+        free(b);
+        return rc;
+    }
+    gp_devptr addr = 0;
+    rc = p->ops->mem_alloc(p->ctx, bytes, &addr);
+    if (rc != GP_OK) {
+        gp_pool_ledger_credit(p, st->tenant, bytes, bytes);
         free(seg);
         free(b);
         return rc;

@@ -52,6 +52,7 @@ size_t gp_maintain_locked(gp_pool_state *p, int *failed)
     uint64_t now = gp_clock_now(p);
     atomic_store(&p->coarse_now, now);
     atomic_store(&p->frees_since_maintain, 0);
+    gp_pool_ledger_service(p, false); /* other processes' requests to trim; figures for gpupool top */
     bool idle = p->cfg.idle_release >= 0;
     bool threshold = p->cfg.release_threshold != SIZE_MAX;
     if (!idle && !threshold)

@@ -54,12 +54,17 @@ static int remap_pages(gp_pool_state *p, gp_segment *seg)
         if (seg->pages[i] != GP_PHYS_NONE || !page_in_use(seg, va))
             continue;
         gp_phys handle;
-        int rc = gp_vmm_page_get(p, &handle);
+        int rc = gp_pool_ledger_charge(p, seg->owner->tenant, 0, p->page, false); /* GPU-wide max */
         if (rc != GP_OK)
             return rc;
-        rc = p->ops->map(p->ctx, va, p->page, handle);
+        rc = gp_vmm_page_get(p, seg->owner->tenant, &handle);
+        if (rc == GP_OK) {
+            rc = p->ops->map(p->ctx, va, p->page, handle);
+            if (rc != GP_OK)
+                gp_vmm_page_release(p, handle);
+        }
         if (rc != GP_OK) {
-            gp_vmm_page_release(p, handle);
+            gp_pool_ledger_credit(p, seg->owner->tenant, 0, p->page);
             return rc;
         }
         seg->pages[i] = handle;
@@ -90,6 +95,7 @@ static int unmap_all(gp_pool_state *p, gp_segment *seg)
         seg->mapped_bytes -= p->page;
         p->paused_bytes += p->page;
         gp_tenant_charge(seg->owner->tenant, -(int64_t)p->page);
+        gp_pool_ledger_credit(p, seg->owner->tenant, 0, p->page);
         gp_vmm_page_release(p, seg->pages[i]);
         seg->pages[i] = GP_PHYS_NONE;
     }

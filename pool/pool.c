@@ -184,6 +184,13 @@ GP_API int gp_pool_create(gp_pool **out, int device, const char *backend, const 
         if (rc != GP_OK)
             ops->close(p->ctx);
     }
+    if (rc == GP_OK) {
+        rc = gp_pool_ledger_attach(p); /* ledger:off attaches nothing */
+        if (rc != GP_OK) {
+            gp_trace_log_close(p->log);
+            ops->close(p->ctx);
+        }
+    }
     if (rc != GP_OK) {
         gp_tenant_registry_free(&p->tenants);
         gp_stream_table_free(&p->streams);
@@ -294,6 +301,7 @@ GP_API int gp_pool_destroy(gp_pool *pool, gp_leak_report *report)
     free(p->pooled);
     free(p->pooled_since);
     gp_trace_log_close(p->log);
+    gp_pool_ledger_detach(p); /* credits what this pool still had charged */
     p->ops->close(p->ctx);
     gp_stream_table_free(&p->streams);
     gp_tenant_registry_free(&p->tenants);
@@ -432,6 +440,8 @@ GP_API int gp_check(gp_pool *pool)
     }
     CHECK(held_total + pooled == reserved, "tenants hold %zu + pooled %zu != reserved %zu", held_total, pooled,
           reserved);
+    const char *ledger_broken = gp_pool_ledger_check(p);
+    CHECK(ledger_broken == NULL, "%s", ledger_broken);
 out:
     gp_unlock_all_streams(p);
     pthread_mutex_unlock(&p->lock);

@@ -50,6 +50,7 @@ typedef struct gp_pool_state {
     size_t segment_count;
     uint64_t next_serial;
     gp_trace_log *log;
+    struct gp_pool_ledger *ledger; /* the per-GPU ledger (provider/pool_ledger.c); NULL when ledger:off */
 
     /* Virtual memory backends (vmm.c): page is the mapping granularity (0 on other backends); the
      * pooled handles are physical pages mapped nowhere, kept for reuse (pool lock). */
@@ -217,8 +218,9 @@ int gp_vmm_grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
  * before `idle_before` (UINT64_MAX = any). Returns bytes released; *failed gets the first error. Pool
  * lock held, no stream lock. */
 size_t gp_vmm_release(gp_pool_state *p, size_t keep, uint64_t idle_before, int *failed);
-/* A physical page: from the page pool, else new from the device (reserved bytes and peak counted). */
-int gp_vmm_page_get(gp_pool_state *p, gp_phys *out);
+/* A physical page for tenant t: from the page pool, else new from the device (reserved bytes and peak
+ * counted, charged to the ledger first). */
+int gp_vmm_page_get(gp_pool_state *p, gp_tenant *t, gp_phys *out);
 /* Gives a page back to the device; one the device refuses stays in the page pool (nothing lost). */
 int gp_vmm_page_release(gp_pool_state *p, gp_phys handle);
 /* Gives back up to `want` bytes of tenant t's free pages. Pool lock held, no stream lock. */
@@ -238,6 +240,25 @@ void gp_staging_free(gp_pool_state *p, void *mem, size_t size);
 void gp_staging_destroy(gp_pool_state *p);
 /* "jemalloc" (an arena over host_alloc) or "host_alloc" (jemalloc could not be opened: one per buffer). */
 const char *gp_staging_kind(gp_pool_state *p);
+
+/* ---- provider/pool_ledger.c: the per-GPU ledger (all no-ops when ledger:off) ---- */
+/* Attaches to the ledger named by cfg.ledger and registers the pool (create, after device_total). */
+int gp_pool_ledger_attach(gp_pool_state *p);
+void gp_pool_ledger_detach(gp_pool_state *p);
+/* Charges device_bytes and tenant_bytes (to t) before a device call; GP_ERR_QUOTA / GP_ERR_OOM with
+ * the ledger's message. `may_wait` (pool lock, no stream lock): trims this pool's cache and waits up
+ * to ledger_wait for other processes' first. */
+int gp_pool_ledger_charge(gp_pool_state *p, gp_tenant *t, size_t device_bytes, size_t tenant_bytes, bool may_wait);
+/* Credits after memory went back (t may be NULL when tenant_bytes is 0). */
+void gp_pool_ledger_credit(gp_pool_state *p, gp_tenant *t, size_t device_bytes, size_t tenant_bytes);
+/* Moves tenant bytes from one tenant to another (a segment stolen across tenants); may refuse. */
+int gp_pool_ledger_move(gp_pool_state *p, gp_tenant *from, gp_tenant *to, size_t bytes);
+/* Waits (bounded) until the ledger has device_bytes of room for t, asking others to trim. */
+int gp_pool_ledger_make_room(gp_pool_state *p, gp_tenant *t, size_t device_bytes);
+/* Answers other processes' pressure and publishes figures. Pool lock held, no stream lock. */
+void gp_pool_ledger_service(gp_pool_state *p, bool force_publish);
+/* NULL, or which ledger figure disagrees with the pool (pool lock held). */
+const char *gp_pool_ledger_check(gp_pool_state *p);
 
 /* ---- maintain.c ---- */
 /* The pool's clock in ns: virtual time on the simulated GPU, CLOCK_MONOTONIC otherwise. */

@@ -65,6 +65,8 @@ gp_segment *gp_steal_segment(gp_pool_state *p, gp_stream_state *st, size_t size,
             atomic_fetch_add(&p->num_stream_waits, 1);
             ready = true;
         }
+        if (ready && gp_pool_ledger_move(p, owner->tenant, st->tenant, best->size) != GP_OK)
+            ready = false; /* the taker's GPU-wide max does not allow it */
         if (ready) {
             gp_heap_remove(gp_heap_of(owner, small), best->first);
             best->owner = st;
@@ -93,6 +95,7 @@ static int release_segment_locked(gp_pool_state *p, gp_segment *seg)
     atomic_fetch_sub(&p->reserved, seg->size);
     atomic_fetch_add(&p->num_device_frees, 1);
     gp_tenant_charge(owner->tenant, -(int64_t)seg->size);
+    gp_pool_ledger_credit(p, owner->tenant, seg->size, seg->size);
     gp_block_recycle(&owner->blocks, seg->first);
     free(seg);
     return GP_OK;

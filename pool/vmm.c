@@ -69,8 +69,8 @@ static void page_put(gp_pool_state *p, gp_phys handle)
     p->pooled[p->pooled_count++] = handle;
 }
 
-/* A page from the pool, or a new one from the device. */
-int gp_vmm_page_get(gp_pool_state *p, gp_phys *out)
+/* A page from the pool, or a new one from the device (charged to the ledger first, for tenant t). */
+int gp_vmm_page_get(gp_pool_state *p, gp_tenant *t, gp_phys *out)
 {
     if (p->pooled_count > 0) {
         *out = p->pooled[--p->pooled_count];
@@ -78,9 +78,14 @@ int gp_vmm_page_get(gp_pool_state *p, gp_phys *out)
     }
     if (!page_pool_reserve(p))
         return gp_error_set(GP_ERR_OOM, "out of host memory for the page pool");
-    int rc = p->ops->phys_create(p->ctx, p->page, out);
+    int rc = gp_pool_ledger_charge(p, t, p->page, 0, false);
     if (rc != GP_OK)
         return rc;
+    rc = p->ops->phys_create(p->ctx, p->page, out);
+    if (rc != GP_OK) {
+        gp_pool_ledger_credit(p, t, p->page, 0);
+        return rc;
+    }
     size_t reserved = atomic_fetch_add(&p->reserved, p->page) + p->page;
     gp_raise_peak(&p->reserved_peak, reserved);
     atomic_fetch_add(&p->num_device_allocs, 1);
@@ -97,6 +102,7 @@ int gp_vmm_page_release(gp_pool_state *p, gp_phys handle)
     }
     atomic_fetch_sub(&p->reserved, p->page);
     atomic_fetch_add(&p->num_device_frees, 1);
+    gp_pool_ledger_credit(p, NULL, p->page, 0);
     return GP_OK;
 }
 
@@ -161,7 +167,7 @@ static size_t map_front(gp_pool_state *p, gp_stream_state *st, gp_segment *seg, 
     size_t done = 0;
     for (; done < n; done++) {
         gp_phys handle;
-        *rc = gp_vmm_page_get(p, &handle);
+        *rc = gp_vmm_page_get(p, st->tenant, &handle);
         if (*rc != GP_OK)
             break;
         uintptr_t va = u->addr + done * p->page;
@@ -249,6 +255,7 @@ static size_t unmap_pages(gp_pool_state *p, gp_stream_state *owner, gp_segment *
         seg->first = mid;
     seg->mapped_bytes -= done * p->page;
     gp_tenant_charge(owner->tenant, -(int64_t)(done * p->page));
+    gp_pool_ledger_credit(p, owner->tenant, 0, done * p->page);
     return done;
 }
 
@@ -385,8 +392,11 @@ int gp_vmm_grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
         keep = NULL;
     }
     rc = gp_tenant_admit(p, st->tenant, pages * p->page, rsize);
+    if (rc == GP_OK) /* GPU-wide: the tenant bytes of every page about to be mapped, before any is */
+        rc = gp_pool_ledger_charge(p, st->tenant, 0, pages * p->page, true);
     if (rc != GP_OK)
         return rc;
+    size_t charged = pages * p->page;
     /* Pages beyond the pool's come from the device while the pool stays under its cache cap; past it,
      * from free pages elsewhere (stitching), as many as keep it under the cap. Every stitch raises the
      * cap by the pages it moved (stitch_allowance): a working set that needs more memory than the cap
@@ -413,19 +423,27 @@ int gp_vmm_grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
     assert(spot->state == GP_BLOCK_UNMAPPED); /* only pool-lock holders change UNMAPPED blocks */
     size_t done = map_front(p, st, spot->segment, spot, pages, &rc);
     pthread_mutex_unlock(&st->lock);
+    gp_pool_ledger_credit(p, st->tenant, 0, charged - done * p->page); /* what was not mapped */
     if (done == pages)
         return GP_OK;
     if (rc == GP_ERR_OOM) {
-        /* The device is full: every free page anywhere may serve, then try the rest again. */
+        /* The device is full: every free page anywhere may serve (other processes' cache too, when a
+         * ledger is shared), then try the rest again. */
         int urc = GP_OK;
+        gp_pool_ledger_make_room(p, st->tenant, (pages - done) * p->page);
         gp_collect_all_pending(p);
         unmap_free_pages(p, pages - done, NULL, UINT64_MAX, false, &urc, NULL, st->tenant);
         pthread_mutex_lock(&st->lock);
         spot = growth_spot(p, st, rsize, small, &pages);
-        done = spot != NULL ? map_front(p, st, spot->segment, spot, pages, &rc) : 0;
         pthread_mutex_unlock(&st->lock);
-        if (spot != NULL && done == pages)
-            return GP_OK;
+        if (spot != NULL && (rc = gp_pool_ledger_charge(p, st->tenant, 0, pages * p->page, true)) == GP_OK) {
+            pthread_mutex_lock(&st->lock);
+            done = map_front(p, st, spot->segment, spot, pages, &rc);
+            pthread_mutex_unlock(&st->lock);
+            gp_pool_ledger_credit(p, st->tenant, 0, (pages - done) * p->page);
+            if (done == pages)
+                return GP_OK;
+        }
     }
     return rc != GP_OK ? rc : gp_error_set(GP_ERR_OOM, "could not map %zu pages", pages);
 }
