@@ -17,7 +17,7 @@
 static const char replay_usage[] =
     "usage: gpupool replay [--device-memory SIZE] [--conf CONF] [--repeat N] [--json] [--plot FILE.svg]\n"
     "                      TRACE...\n"
-    "       gpupool replay [--device-memory SIZE] [--conf CONF] [--json]\n"
+    "       gpupool replay [--device-memory SIZE] [--conf CONF] [--json] [--processes]\n"
     "                      --model NAME=TRACE[:max=SIZE][:high=SIZE][:min=SIZE] ...\n"
     "\n"
     "Replays each allocation trace (RMM's CSV allocation log: Thread,Time,Action,Pointer,Size,Stream)\n"
@@ -35,7 +35,11 @@ static const char replay_usage[] =
     "  --model NAME=TRACE[:max=SIZE][:high=SIZE][:min=SIZE]\n"
     "                        replay several traces together, interleaved by their Time column, each as\n"
     "                        one tenant (model) with those limits on streams of its own; reports each\n"
-    "                        model's peak bytes held and refused allocations\n";
+    "                        model's peak bytes held and refused allocations\n"
+    "  --processes           with --model: each model in a process of its own (its own simulated GPU),\n"
+    "                        all against one per-GPU ledger (conf ledger:NAME, else one of the replay's\n"
+    "                        own), as one process per model or replica is deployed; the limits are\n"
+    "                        then GPU-wide budgets and a NAME given twice is one tenant in two processes\n";
 
 /* Plot data: one bucket per x pixel-ish, holding the largest live and reserved seen in it. */
 #define PLOT_BUCKETS 1200u
@@ -154,7 +158,7 @@ int gp_cmd_replay(int argc, char **argv)
     const char *conf = "";
     const char *plot = NULL;
     unsigned repeat = 1;
-    int json = 0;
+    int json = 0, processes = 0;
     int first_trace = argc;
     const char **model_specs = calloc((size_t)argc, sizeof *model_specs);
     int num_models = 0;
@@ -169,6 +173,10 @@ int gp_cmd_replay(int argc, char **argv)
         }
         if (strcmp(a, "--json") == 0) {
             json = 1;
+            continue;
+        }
+        if (strcmp(a, "--processes") == 0) {
+            processes = 1;
             continue;
         }
         if (strcmp(a, "--") == 0) {
@@ -225,7 +233,7 @@ int gp_cmd_replay(int argc, char **argv)
             free(model_specs);
             return 2;
         }
-        int status = gp_replay_models(model_specs, num_models, dm, conf, json);
+        int status = gp_replay_models(model_specs, num_models, dm, conf, json, processes);
         free(model_specs);
         return status;
     }

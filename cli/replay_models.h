@@ -5,7 +5,9 @@
 #define GP_CLI_REPLAY_MODELS_H
 
 /* Replays specs NAME=TRACE[:max=SIZE][:high=SIZE][:min=SIZE] together; prints a table (or one JSON
- * object with a "tenants" array). Returns the process exit status. */
-int gp_replay_models(const char **specs, int count, const char *device_memory, const char *conf, int json);
+ * object with a "tenants" array). `processes`: each model in a process of its own against one ledger
+ * (see replay_models.c). Returns the process exit status. */
+int gp_replay_models(const char **specs, int count, const char *device_memory, const char *conf, int json,
+                     int processes);
 
 #endif /* GP_CLI_REPLAY_MODELS_H */

@@ -397,6 +397,33 @@ int gp_vmm_grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
     if (rc != GP_OK)
         return rc;
     size_t charged = pages * p->page;
+    if (p->ledger != NULL) {
+        /* The charge may have given this pool's free pages back (to make room): find the spot again. */
+        pthread_mutex_lock(&st->lock);
+        size_t again = 0;
+        spot = growth_spot(p, st, rsize, small, &again);
+        keep = spot != NULL && spot->prev != NULL && spot->prev->state == GP_BLOCK_FREE ? spot->prev : NULL;
+        pthread_mutex_unlock(&st->lock);
+        if (spot == NULL) {
+            gp_segment *seg = NULL;
+            rc = new_range(p, st, rsize, small, &seg);
+            if (rc != GP_OK) {
+                gp_pool_ledger_credit(p, st->tenant, 0, charged);
+                return rc;
+            }
+            spot = seg->first;
+            again = div_up(rsize, p->page);
+        }
+        pages = again;
+        if (pages * p->page > charged) {
+            rc = gp_pool_ledger_charge(p, st->tenant, 0, pages * p->page - charged, false);
+            if (rc != GP_OK) {
+                gp_pool_ledger_credit(p, st->tenant, 0, charged);
+                return rc;
+            }
+            charged = pages * p->page;
+        }
+    }
     /* Pages beyond the pool's come from the device while the pool stays under its cache cap; past it,
      * from free pages elsewhere (stitching), as many as keep it under the cap. Every stitch raises the
      * cap by the pages it moved (stitch_allowance): a working set that needs more memory than the cap
@@ -426,7 +453,7 @@ int gp_vmm_grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
     gp_pool_ledger_credit(p, st->tenant, 0, charged - done * p->page); /* what was not mapped */
     if (done == pages)
         return GP_OK;
-    if (rc == GP_ERR_OOM) {
+    if (rc == GP_ERR_OOM || (rc == GP_ERR_MIN_GUARANTEE && p->ledger != NULL)) {
         /* The device is full: every free page anywhere may serve (other processes' cache too, when a
          * ledger is shared), then try the rest again. */
         int urc = GP_OK;
@@ -436,7 +463,7 @@ int gp_vmm_grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
         pthread_mutex_lock(&st->lock);
         spot = growth_spot(p, st, rsize, small, &pages);
         pthread_mutex_unlock(&st->lock);
-        if (spot != NULL && (rc = gp_pool_ledger_charge(p, st->tenant, 0, pages * p->page, true)) == GP_OK) {
+        if (spot != NULL && (rc = gp_pool_ledger_charge(p, st->tenant, 0, pages * p->page, false)) == GP_OK) {
             pthread_mutex_lock(&st->lock);
             done = map_front(p, st, spot->segment, spot, pages, &rc);
             pthread_mutex_unlock(&st->lock);

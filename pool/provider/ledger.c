@@ -188,6 +188,11 @@ static void ledger_unlock(gp_ledger *l)
     pthread_mutex_unlock(&l->shm->lock);
 }
 
+size_t gp_ledger_layout_size(void)
+{
+    return sizeof(ledger_shm);
+}
+
 void gp_ledger_test_hold_lock(gp_ledger *l)
 {
     ledger_lock(l);

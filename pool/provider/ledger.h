@@ -151,6 +151,8 @@ typedef struct gp_ledger_view {
 int gp_ledger_view_read(gp_ledger *l, gp_ledger_view *out, bool locked);
 
 /* ---- for tests ---- */
+/* The size in bytes of a ledger of this layout version. */
+size_t gp_ledger_layout_size(void);
 /* Takes the ledger lock and never gives it back (a test then kills the process to check recovery). */
 void gp_ledger_test_hold_lock(gp_ledger *l);
 /* This process's start time as /proc/self/stat gives it (clock ticks since boot), 0 if unknown. */

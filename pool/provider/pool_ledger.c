@@ -123,7 +123,17 @@ static size_t trim_own(gp_pool_state *p, gp_tenant *t, size_t want)
     return gp_vmm_release(p, cached > want ? cached - want : 0, UINT64_MAX, &failed);
 }
 
+static int charge(gp_pool_state *p, gp_tenant *t, size_t device_bytes, size_t tenant_bytes, bool may_wait);
+
 int gp_pool_ledger_charge(gp_pool_state *p, gp_tenant *t, size_t device_bytes, size_t tenant_bytes, bool may_wait)
+{
+    int rc = charge(p, t, device_bytes, tenant_bytes, may_wait);
+    /* The ledger's own "out of memory" (the device's capacity or another tenant's min, across
+     * processes) keeps its message: the slow paths treat it as they treat a local min guarantee. */
+    return rc == GP_ERR_OOM ? GP_ERR_MIN_GUARANTEE : rc;
+}
+
+static int charge(gp_pool_state *p, gp_tenant *t, size_t device_bytes, size_t tenant_bytes, bool may_wait)
 {
     gp_pool_ledger *pl = p->ledger;
     if (pl == NULL)
@@ -185,7 +195,7 @@ int gp_pool_ledger_make_room(gp_pool_state *p, gp_tenant *t, size_t device_bytes
 {
     if (p->ledger == NULL)
         return GP_OK;
-    int rc = gp_pool_ledger_charge(p, t, device_bytes, 0, true);
+    int rc = charge(p, t, device_bytes, 0, true);
     if (rc == GP_OK) /* there is room now: the pages' own charges follow */
         gp_pool_ledger_credit(p, t, device_bytes, 0);
     return rc;
