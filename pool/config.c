@@ -371,6 +371,9 @@ const char *gp_config_help_text(void)
     for (size_t i = 0; i < KEY_COUNT && used < sizeof text; i++)
         used += (size_t)snprintf(text + used, sizeof text - used, "%-14s default %-6s  %s\n", keys[i].name,
                                  keys[i].default_text[0] ? keys[i].default_text : "\"\"", keys[i].meaning);
+    if (used < sizeof text)
+        snprintf(text + used, sizeof text - used, "%-14s default %-6s  %s\n", "budget.NAME.max", "none",
+                 "ledger: GPU-wide max of tenant NAME (also budget.NAME.high, budget.NAME.min), all processes together");
     return text;
 }
 

@@ -658,7 +658,7 @@ int gp_ledger_charge(gp_ledger *l, unsigned slot, unsigned tenant, uint64_t devi
         ledger_budget *b = &l->shm->tenants[tenant];
         uint64_t total = tenant_held_locked(l->shm, tenant);
         raise_peak(&b->peak, total);
-        why->over_high = R(b->high) != 0 && total > R(b->high);
+        why->over_high = R(b->high) != 0 && total > R(b->high) ? total - R(b->high) : 0;
         atomic_fetch_add_explicit(&l->shm->charges, 1, memory_order_relaxed);
     } else {
         atomic_fetch_add_explicit(&l->shm->refusals, 1, memory_order_relaxed);

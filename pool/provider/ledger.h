@@ -75,7 +75,7 @@ int gp_ledger_set_budget(gp_ledger *l, const char *name, uint64_t max, uint64_t 
 typedef struct gp_ledger_shortfall {
     uint64_t need;             /* bytes that would have to be given back for the charge to fit */
     uint64_t cached_elsewhere; /* bytes other pools hold only as cache, as they last published */
-    bool over_high;            /* the charge went through but the tenant is above its high */
+    uint64_t over_high;        /* the charge went through but the tenant is this far above its high */
 } gp_ledger_shortfall;
 
 /*

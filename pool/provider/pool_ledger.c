@@ -16,7 +16,8 @@
  *                             before a paused range's pages come back
  * so that for this pool:  ledger device_held == reserved,  ledger held[tenant] == tenant->held.
  *
- * A refused charge first gives back this pool's own cache (the tenant's for a max, any for the
+ * A charge that takes a tenant above its GPU-wide high goes through, and the tenant's cache is given
+ * back here and asked back from the other processes. A refused charge first gives back this pool's own cache (the tenant's for a max, any for the
  * device) and, when other processes hold cache that would do, asks them (pressure) and waits at
  * most ledger_wait, retrying every millisecond. Holders answer on their next slow path or
  * gp_maintain (gp_pool_ledger_service, called by gp_maintain_locked).
@@ -144,6 +145,13 @@ static int charge(gp_pool_state *p, gp_tenant *t, size_t device_bytes, size_t te
         return rc;
     gp_ledger_shortfall why;
     rc = gp_ledger_charge(pl->ledger, pl->slot, idx, device_bytes, tenant_bytes, &why);
+    if (rc == GP_OK && why.over_high > 0) {
+        /* Above the tenant's GPU-wide high: its cache is given back, here and (asked) elsewhere, but
+         * the growth is not refused. */
+        if (may_wait)
+            trim_own(p, t, why.over_high);
+        gp_ledger_ask(pl->ledger, pl->slot, (int)idx, why.over_high);
+    }
     if (rc == GP_OK || !may_wait)
         return rc;
     /* 1. Our own cache. */

@@ -140,6 +140,10 @@ static int create_pool(const char *value, gp_pool **pool)
 
 static void wrong_layout(void)
 {
+    gp_pool *bad = NULL;
+    CHECK(create_pool("no/slashes", &bad) == GP_ERR_CONFIG && bad == NULL &&
+              strstr(gp_last_error(), "may hold only letters") != NULL,
+          "a bad ledger name: %s", gp_last_error());
     char value[48], shm[GP_LEDGER_NAME_MAX];
     gp_ledger *l = open_with_max("layout", value, shm, NULL, 0);
     gp_ledger_close(l);
