@@ -102,7 +102,18 @@ static void killed_under_load(void)
         w[i] = mp_start((char *[]){"", value, i % 2 ? "sim-vmm" : "sim", "load", "model", i < 2 ? "400000" : "4000",
                                    seed, NULL});
     }
-    usleep(300000); /* workers 0 and 1 run far longer: they are killed mid-way, inside the pool */
+    /* Workers 0 and 1 run far longer: once both have registered they are killed mid-way, inside the
+     * pool (almost all of their time is spent in gp_alloc and gp_free). */
+    static gp_ledger_view seen;
+    for (int tries = 0, both = 0; !both && tries < 3000; tries++) {
+        gp_ledger_view_read(l, &seen, false);
+        int found = 0;
+        for (unsigned i = 0; i < seen.num_pools; i++)
+            found += seen.pools[i].pid == w[0].pid || seen.pools[i].pid == w[1].pid;
+        both = found == 2;
+        usleep(1000);
+    }
+    usleep(100000);
     mp_kill(&w[0]);
     mp_kill(&w[1]);
     for (int i = 2; i < 4; i++) {
