@@ -17,7 +17,7 @@
 static const char replay_usage[] =
     "usage: gpupool replay [--device-memory SIZE] [--conf CONF] [--repeat N] [--json] [--plot FILE.svg]\n"
     "                      TRACE...\n"
-    "       gpupool replay [--device-memory SIZE] [--conf CONF] [--json] [--processes]\n"
+    "       gpupool replay [--device-memory SIZE] [--conf CONF] [--json] [--processes] [--speed F]\n"
     "                      --model NAME=TRACE[:max=SIZE][:high=SIZE][:min=SIZE] ...\n"
     "\n"
     "Replays each allocation trace (RMM's CSV allocation log: Thread,Time,Action,Pointer,Size,Stream)\n"
@@ -39,7 +39,9 @@ static const char replay_usage[] =
     "  --processes           with --model: each model in a process of its own (its own simulated GPU),\n"
     "                        all against one per-GPU ledger (conf ledger:NAME, else one of the replay's\n"
     "                        own), as one process per model or replica is deployed; the limits are\n"
-    "                        then GPU-wide budgets and a NAME given twice is one tenant in two processes\n";
+    "                        then GPU-wide budgets and a NAME given twice is one tenant in two processes\n"
+    "  --speed FACTOR        with --model: replay each event no sooner than its Time divided by FACTOR\n"
+    "                        (1 = the trace's own pace; default: as fast as possible)\n";
 
 /* Plot data: one bucket per x pixel-ish, holding the largest live and reserved seen in it. */
 #define PLOT_BUCKETS 1200u
@@ -159,6 +161,7 @@ int gp_cmd_replay(int argc, char **argv)
     const char *plot = NULL;
     unsigned repeat = 1;
     int json = 0, processes = 0;
+    double speed = 0;
     int first_trace = argc;
     const char **model_specs = calloc((size_t)argc, sizeof *model_specs);
     int num_models = 0;
@@ -187,9 +190,9 @@ int gp_cmd_replay(int argc, char **argv)
             first_trace = i;
             break;
         }
-        const char *names[] = {"--device-memory", "--conf", "--repeat", "--plot", "--model"};
+        const char *names[] = {"--device-memory", "--conf", "--repeat", "--plot", "--model", "--speed"};
         int which = -1;
-        for (int k = 0; k < 5; k++) {
+        for (int k = 0; k < 6; k++) {
             size_t n = strlen(names[k]);
             if (strncmp(a, names[k], n) == 0 && (a[n] == '\0' || a[n] == '=')) {
                 which = k;
@@ -223,6 +226,14 @@ int gp_cmd_replay(int argc, char **argv)
             repeat = (unsigned)n;
         } else if (which == 4) {
             model_specs[num_models++] = value;
+        } else if (which == 5) {
+            char *end;
+            speed = strtod(value, &end);
+            if (*end != '\0' || !(speed > 0)) {
+                fprintf(stderr, "gpupool replay: --speed %s: expected a factor above 0 (1 = the trace's own pace)\n",
+                        value);
+                return 2;
+            }
         } else {
             plot = value;
         }
@@ -233,7 +244,7 @@ int gp_cmd_replay(int argc, char **argv)
             free(model_specs);
             return 2;
         }
-        int status = gp_replay_models(model_specs, num_models, dm, conf, json, processes);
+        int status = gp_replay_models(model_specs, num_models, dm, conf, json, processes, speed);
         free(model_specs);
         return status;
     }

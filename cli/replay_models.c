@@ -11,6 +11,7 @@
  * ledger, starts the children, prints each child's report and the ledger's GPU-wide peak per tenant.
  */
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,13 +102,28 @@ static int compare_events(const void *a, const void *b)
     return x->index < y->index ? -1 : x->index > y->index;
 }
 
-static int replay_in_processes(const char **specs, int count, const char *device_memory, const char *conf, int json);
+static int replay_in_processes(const char **specs, int count, const char *device_memory, const char *conf, int json,
+                               double speed);
+
+/* Sleeps until trace time `t_us` (relative to `t0_us`, divided by `speed`) has passed since `start`. */
+static void keep_pace(const struct timespec *start, uint64_t t0_us, uint64_t t_us, double speed)
+{
+    double due = (double)(t_us > t0_us ? t_us - t0_us : 0) / 1e6 / speed;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    double elapsed = (double)(now.tv_sec - start->tv_sec) + (double)(now.tv_nsec - start->tv_nsec) / 1e9;
+    if (due > elapsed + 1e-4) {
+        double wait = due - elapsed;
+        struct timespec ts = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+}
 
 int gp_replay_models(const char **specs, int count, const char *device_memory, const char *conf, int json,
-                     int processes)
+                     int processes, double speed)
 {
     if (processes)
-        return replay_in_processes(specs, count, device_memory, conf, json);
+        return replay_in_processes(specs, count, device_memory, conf, json, speed);
     char err[1024];
     model *models = calloc((size_t)count, sizeof *models);
     if (models == NULL)
@@ -159,7 +175,12 @@ int gp_replay_models(const char **specs, int count, const char *device_memory, c
         }
     }
     int with_ledger = strstr(conf, "ledger:") != NULL;
+    struct timespec start;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    uint64_t t0 = total > 0 ? models[events[0].model].trace.events[events[0].index].time_us : 0;
     for (size_t e = 0; e < total && status == 0; e++) {
+        if (speed > 0)
+            keep_pace(&start, t0, models[events[e].model].trace.events[events[e].index].time_us, speed);
         if (with_ledger && e % 256 == 0)
             gp_maintain(pool, NULL); /* answers other processes' requests to trim, publishes figures */
         model *m = &models[events[e].model];
@@ -240,7 +261,8 @@ int gp_replay_models(const char **specs, int count, const char *device_memory, c
 
 /* ---- one process per model ---------------------------------------------------------------------- */
 
-static int replay_in_processes(const char **specs, int count, const char *device_memory, const char *conf, int json)
+static int replay_in_processes(const char **specs, int count, const char *device_memory, const char *conf, int json,
+                               double speed)
 {
     size_t capacity = 0;
     if (!gp_parse_size(device_memory, &capacity)) {
@@ -310,7 +332,7 @@ static int replay_in_processes(const char **specs, int count, const char *device
             if (cut != NULL)
                 *cut = '\0';
             const char *one[] = {spec};
-            int rc = gp_replay_models(one, 1, device_memory, child_conf[i], json, 0);
+            int rc = gp_replay_models(one, 1, device_memory, child_conf[i], json, 0, speed);
             fflush(stdout);
             _exit(rc);
         }

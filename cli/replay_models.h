@@ -6,8 +6,9 @@
 
 /* Replays specs NAME=TRACE[:max=SIZE][:high=SIZE][:min=SIZE] together; prints a table (or one JSON
  * object with a "tenants" array). `processes`: each model in a process of its own against one ledger
- * (see replay_models.c). Returns the process exit status. */
+ * (see replay_models.c). `speed` > 0: events no sooner than their trace time divided by speed (0 = as
+ * fast as possible). Returns the process exit status. */
 int gp_replay_models(const char **specs, int count, const char *device_memory, const char *conf, int json,
-                     int processes);
+                     int processes, double speed);
 
 #endif /* GP_CLI_REPLAY_MODELS_H */
