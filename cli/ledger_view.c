@@ -51,7 +51,7 @@ void gp_ledger_view_print_table(FILE *f, const gp_ledger_view *v)
     fprintf(f, "gpupool top  ledger %s (layout v%u)  device %s  charged %s (%.1f%%)  %u pools  %s\n", v->name,
             v->version, gp_format_size((size_t)v->capacity, a), gp_format_size((size_t)v->device_held, b),
             v->capacity ? 100.0 * (double)v->device_held / (double)v->capacity : 0.0, v->num_pools, when);
-    fprintf(f, "charges %llu  refusals %llu  trim requests %llu  reclaimed %s from %llu dead pools  lock recoveries %llu\n\n",
+    fprintf(f, "charges %llu  refused attempts %llu  trim requests %llu  reclaimed %s from %llu dead pools  lock recoveries %llu\n\n",
             (unsigned long long)v->charges, (unsigned long long)v->refusals, (unsigned long long)v->pressure_asks,
             gp_format_size((size_t)v->reclaimed_bytes, a), (unsigned long long)v->reclaimed_pools,
             (unsigned long long)v->lock_recoveries);
@@ -111,7 +111,7 @@ void gp_ledger_view_print_json(FILE *f, const gp_ledger_view *v)
     fputs("{\"ledger\":", f);
     json_string(f, v->name);
     fprintf(f,
-            ",\"version\":%u,\"capacity_bytes\":%llu,\"held_bytes\":%llu,\"charges\":%llu,\"refusals\":%llu,"
+            ",\"version\":%u,\"capacity_bytes\":%llu,\"held_bytes\":%llu,\"charges\":%llu,\"refused_charges\":%llu,"
             "\"trim_requests\":%llu,\"reclaimed_bytes\":%llu,\"reclaimed_pools\":%llu,\"lock_recoveries\":%llu,"
             "\"tenants\":[",
             v->version, (unsigned long long)v->capacity, (unsigned long long)v->device_held,
@@ -216,7 +216,8 @@ void gp_ledger_view_print_prometheus(FILE *f, const gp_ledger_view *v)
         {"gpupool_ledger_held_bytes", "gauge", "Device memory charged to the ledger by all pools."},
         {"gpupool_ledger_pools", "gauge", "Pools registered in the ledger (one per gp_pool, any process)."},
         {"gpupool_ledger_charges_total", "counter", "Charges the ledger granted."},
-        {"gpupool_ledger_refusals_total", "counter", "Charges the ledger refused (over a max, the device or a min)."},
+        {"gpupool_ledger_refused_charges_total", "counter",
+         "Charge attempts the ledger refused (over a max, the device or a min; a waiting process retries every ms)."},
         {"gpupool_ledger_trim_requests_total", "counter", "Requests to trim cache sent to other processes."},
         {"gpupool_ledger_reclaimed_bytes_total", "counter", "Bytes reclaimed from pools of dead processes."},
         {"gpupool_ledger_reclaimed_pools_total", "counter", "Pools of dead processes reclaimed."},

@@ -400,7 +400,7 @@ static int replay_in_processes(const char **specs, int count, const char *device
             first = 0;
         }
         if (json)
-            printf("],\"refusals\":%llu,\"reclaimed_bytes\":%llu}\n", (unsigned long long)v->refusals,
+            printf("],\"refused_charges\":%llu,\"reclaimed_bytes\":%llu}\n", (unsigned long long)v->refusals,
                    (unsigned long long)v->reclaimed_bytes);
     } else if (json) {
         printf("]}\n");
