@@ -3,7 +3,8 @@
  * pool.c (create, destroy, check), alloc.c, free.c, reclaim.c (steal, release, trim), stats.c.
  *
  * Locks, always taken in this order: pool->lock, then stream locks in ascending stream index, then the
- * event pool's lock. The allocation and free fast paths take one stream lock and nothing else. Slow
+ * event pool's lock; the per-GPU ledger's lock (provider/ledger.c) is a leaf, held by no caller of
+ * anything else. The allocation and free fast paths take one stream lock and nothing else. Slow
  * paths hold the pool lock and one stream lock at a time; only whole-pool walks (stats, gp_check,
  * destroy) hold every stream lock, taken in index order.
  *
