@@ -30,7 +30,7 @@ static void concurrent_budgets(void)
     for (int i = 0; i < 4; i++) {
         char seed[16];
         snprintf(seed, sizeof seed, "%d", 17 + i);
-        w[i] = mp_start((char *[]){"", value, (char *)backends[i], "load", (char *)tenants[i], "6000", seed, NULL});
+        w[i] = mp_start((char *[]){"", value, (char *)backends[i], "load", (char *)tenants[i], "12000", seed, NULL});
     }
     /* The sampler: until every worker has printed its result. */
     unsigned long samples = 0, over = 0, device_over = 0;
@@ -83,6 +83,10 @@ static void concurrent_budgets(void)
             samples, (unsigned long long)(seen_alpha / MIB), (unsigned long long)(seen_beta / MIB),
             (unsigned long long)refusals);
     CHECK(over == 0, "%lu samples saw a tenant above its max", over);
+    /* The ledger's own peaks: the sum over processes, taken at every charge under the lock. */
+    for (unsigned t = 0; t < v.num_tenants; t++)
+        CHECK(v.tenants[t].max == 0 || v.tenants[t].peak <= v.tenants[t].max, "tenant %s peaked at %llu, max %llu",
+              v.tenants[t].name, (unsigned long long)v.tenants[t].peak, (unsigned long long)v.tenants[t].max);
     CHECK(device_over == 0, "%lu samples saw the device above its capacity", device_over);
     CHECK(samples > 10, "only %lu samples", samples);
     CHECK(refusals > 0, "no charge was refused: the budgets never bound, so the test proved nothing");
