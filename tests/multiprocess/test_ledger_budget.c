@@ -8,7 +8,9 @@
  *   2. min across processes: a tenant's guaranteed memory cannot be taken by another process's growth,
  *      and is there when its owner asks for it;
  *   3. pressure: a process that needs memory another holds only as cache asks it to trim, and gets
- *      the memory within the bounded wait.
+ *      the memory within the bounded wait;
+ *   4. high: growth past a tenant's GPU-wide high is not refused, but the processes holding its cache
+ *      are asked to give it back, and do.
  */
 #include "mp_harness.h"
 
@@ -156,11 +158,39 @@ static void pressure_trims_another_process(void)
     gp_ledger_unlink(shm);
 }
 
+static void high_asks_holders_to_trim(void)
+{
+    char value[48], shm[GP_LEDGER_NAME_MAX];
+    mp_ledger_name("high", value, shm);
+    gp_ledger *l;
+    CHECK(gp_ledger_open(&l, shm, 1ull << 30) == GP_OK, "%s", gp_last_error());
+    CHECK(gp_ledger_set_budget(l, "served", 0, 64 * MIB, 0, GP_LEDGER_SET_HIGH) == GP_OK, "%s", gp_last_error());
+    mp_worker holder = mp_start((char *[]){"", value, "sim", "cache", "served", "62914560", NULL}); /* 60 MiB */
+    mp_read_line(&holder);
+    CHECK(strncmp(holder.line, "held 62914560 rc 0", 18) == 0, "holder: '%s'", holder.line);
+    uint64_t before = mp_tenant_held(l, "served");
+    mp_worker grower = mp_start((char *[]){"", value, "sim-vmm", "hold", "served", "33554432", NULL}); /* 32 MiB */
+    mp_read_line(&grower);
+    CHECK(strncmp(grower.line, "held 33554432 rc 0", 18) == 0, "growth past high was refused: '%s'", grower.line);
+    uint64_t after = mp_tenant_held(l, "served");
+    for (int i = 0; i < 2000 && after > 64 * MIB; i++) { /* the holder answers within milliseconds */
+        usleep(1000);
+        after = mp_tenant_held(l, "served");
+    }
+    CHECK(after <= 64 * MIB, "held %llu MiB (before %llu MiB): the holder did not give its cache back",
+          (unsigned long long)(after / MIB), (unsigned long long)(before / MIB));
+    CHECK(mp_finish(&grower) == 0, "grower failed");
+    CHECK(mp_finish(&holder) == 0, "holder failed");
+    gp_ledger_close(l);
+    gp_ledger_unlink(shm);
+}
+
 int main(void)
 {
     concurrent_budgets();
     min_across_processes();
     pressure_trims_another_process();
+    high_asks_holders_to_trim();
     if (mp_failures != 0) {
         fprintf(stderr, "test_ledger_budget: %d checks failed\n", mp_failures);
         return 1;
