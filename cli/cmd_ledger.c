@@ -25,7 +25,7 @@
 #include "error.h"
 #include "format.h"
 #include "gpupool.h"
-#include "ledger.h"
+#include "provider/ledger.h"
 #include "ledger_view.h"
 
 typedef struct ledger_args {

@@ -7,7 +7,7 @@
 
 #include <stdio.h>
 
-#include "ledger.h"
+#include "provider/ledger.h"
 
 /* The ledger's name as a device label ("dev0" for /gpupool.dev0). */
 const char *gp_ledger_view_device(const gp_ledger_view *v);

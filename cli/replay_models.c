@@ -22,7 +22,7 @@
 #include "format.h"
 #include "gpupool.h"
 #include "gpupool_sim.h"
-#include "ledger.h"
+#include "provider/ledger.h"
 #include "replay_models.h"
 #include "trace.h"
 

@@ -12,7 +12,7 @@
  * clock ticks since boot) is the one it registered with; a reused pid has another start time.
  */
 #define _GNU_SOURCE /* flock, pthread_mutex_consistent */
-#include "ledger.h"
+#include "provider/ledger.h"
 
 #include <assert.h>
 #include <errno.h>

@@ -29,7 +29,7 @@
 #include <time.h>
 
 #include "error.h"
-#include "ledger.h"
+#include "provider/ledger.h"
 #include "pool_state.h"
 
 typedef struct gp_pool_ledger {

@@ -29,7 +29,7 @@
 
 #include "gpupool.h"
 #include "gpupool_sim.h"
-#include "ledger.h"
+#include "provider/ledger.h"
 
 static int pool_for(gp_pool **pool, const char *ledger, const char *backend)
 {

@@ -15,7 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "ledger.h"
+#include "provider/ledger.h"
 
 static int mp_failures;
 
