@@ -21,9 +21,9 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "config.h"
-#include "error.h"
-#include "format.h"
+#include "base/config.h"
+#include "base/error.h"
+#include "base/format.h"
 #include "gpupool.h"
 #include "provider/ledger.h"
 #include "ledger_view.h"

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "format.h"
+#include "base/format.h"
 
 static uint64_t sat_sub(uint64_t a, uint64_t b)
 {

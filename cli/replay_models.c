@@ -18,8 +18,8 @@
 #include <string.h>
 
 #include "cli.h"
-#include "config.h"
-#include "format.h"
+#include "base/config.h"
+#include "base/format.h"
 #include "gpupool.h"
 #include "gpupool_sim.h"
 #include "provider/ledger.h"

@@ -28,8 +28,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "error.h"
-#include "format.h"
+#include "base/error.h"
+#include "base/format.h"
 
 #define LEDGER_MAGIC 0x72656764656c7067ull /* "gpledger" */
 

@@ -6,14 +6,14 @@
  * check that the ledger agrees with the pool.
  *
  * Where the charges are made (every one under the pool lock):
- *     alloc.c grow            device + tenant bytes before mem_alloc; credited if mem_alloc fails
- *     reclaim.c               credited after mem_free; a segment stolen across tenants moves its
+ *     segment.c grow          device + tenant bytes before mem_alloc; credited if mem_alloc fails
+ *     segment.c release       credited after mem_free; a segment stolen across tenants moves its
  *                             tenant bytes (refused when the taker's GPU-wide max would be passed)
- *     vmm.c gp_vmm_grow       tenant bytes of the pages about to be mapped, before any is mapped;
+ *     vmm.c grow              tenant bytes of the pages about to be mapped, before any is mapped;
  *                             what was not mapped is credited back
- *     vmm.c page get/release  device bytes before phys_create, credited after phys_release
- *     vmm.c unmap_pages, pause.c   tenant bytes credited when pages leave a tenant, charged again
- *                             before a paused range's pages come back
+ *     pages.c get/release     device bytes before phys_create, credited after phys_release
+ *     pages.c unmap, vmm.c pause/resume   tenant bytes credited when pages leave a tenant, charged
+ *                             again before a paused range's pages come back
  * so that for this pool:  ledger device_held == reserved,  ledger held[tenant] == tenant->held.
  *
  * A charge that takes a tenant above its GPU-wide high goes through, and the tenant's cache is given
@@ -28,9 +28,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "error.h"
+#include "base/error.h"
 #include "provider/ledger.h"
-#include "pool_state.h"
+#include "provider/pending.h"
+#include "provider/pool_ledger.h"
+#include "provider/provider.h"
 
 typedef struct gp_pool_ledger {
     gp_ledger *ledger;
@@ -113,15 +115,13 @@ void gp_pool_ledger_detach(gp_pool_state *p)
  * no stream lock. */
 static size_t trim_own(gp_pool_state *p, gp_tenant *t, size_t want)
 {
+    if (t != NULL)
+        return gp_provider_trim_tenant(p, t, want);
     int failed = GP_OK;
     gp_collect_all_pending(p);
-    if (p->page == 0)
-        return gp_release_free_segments(p, want, 0, &failed, t, NULL);
-    if (t != NULL)
-        return gp_vmm_release_tenant(p, t, want, &failed);
     gp_flush_all(p);
     size_t cached = atomic_load(&p->reserved) - gp_allocated_estimate(p);
-    return gp_vmm_release(p, cached > want ? cached - want : 0, UINT64_MAX, &failed);
+    return p->provider->release(p, cached > want ? cached - want : 0, UINT64_MAX, &failed);
 }
 
 static int charge(gp_pool_state *p, gp_tenant *t, size_t device_bytes, size_t tenant_bytes, bool may_wait);
