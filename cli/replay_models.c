@@ -179,8 +179,11 @@ int gp_replay_models(const char **specs, int count, const char *device_memory, c
     clock_gettime(CLOCK_MONOTONIC, &start);
     uint64_t t0 = total > 0 ? models[events[0].model].trace.events[events[0].index].time_us : 0;
     for (size_t e = 0; e < total && status == 0; e++) {
-        if (speed > 0)
+        if (speed > 0) {
+            if (with_ledger) /* idle until the next event: answer requests to trim, as a server's idle loop would */
+                gp_maintain(pool, NULL);
             keep_pace(&start, t0, models[events[e].model].trace.events[events[e].index].time_us, speed);
+        }
         if (with_ledger && e % 256 == 0)
             gp_maintain(pool, NULL); /* answers other processes' requests to trim, publishes figures */
         model *m = &models[events[e].model];
@@ -374,8 +377,8 @@ static int replay_in_processes(const char **specs, int count, const char *device
             printf("%s{\"pid\":%d,\"exit\":%d,\"model\":\"%s\",\"report\":%.*s}", i ? "," : "", (int)pids[i], code,
                    specs[i], len ? (int)len : 4, len ? out : "null");
         else
-            printf("-- process %d: --model %s (exit %d)\n%.*s\n", (int)pids[i], specs[i], code, (int)len,
-                   out ? out : "");
+            printf("-- process %d: --model %s (exit %d; its limits are GPU-wide, in the ledger)\n%.*s\n",
+                   (int)pids[i], specs[i], code, (int)len, out ? out : "");
         free(out);
     }
     gp_ledger_view *v = malloc(sizeof *v);
