@@ -4,7 +4,7 @@
 #   holds memory), gpupool exporter (its /metrics checked by `promtool check metrics`, a 404 elsewhere),
 #   a real Prometheus server on the loopback address scraping the exporter and answering a query with
 #   the worker's figure, and gpupool replay --processes (two replicas of one model sharing one
-#   GPU-wide max: both refused, the GPU-wide peak at most the max).
+#   GPU-wide max: refusals, and the GPU-wide peak at most the max).
 # Usage: cli_ledger.sh GPUPOOL LEDGER_WORKER TRACE_A TRACE_B. Exit 0 = passed, 77 = skipped (promtool
 # missing: apt-get install prometheus), else failed. The Prometheus server part is skipped, with a
 # message, when the prometheus binary is missing or GPUPOOL_SKIP_PROMETHEUS_SERVER=1.
@@ -114,8 +114,10 @@ python3 - "$tmp/replay.json" <<'EOF' || fail "replay --processes: $(cat "$tmp/re
 import json, sys
 v = json.load(open(sys.argv[1]))
 assert len(v["processes"]) == 2 and len({p["pid"] for p in v["processes"]}) == 2, v
-for p in v["processes"]:
-    assert p["exit"] == 0 and p["report"]["tenants"][0]["refusals"] > 0, p
+# 8 MiB of live demand against 2 MiB: refusals (a process that waited for the other to finish may have
+# none of its own), and the GPU-wide peak never above the max.
+assert all(p["exit"] == 0 for p in v["processes"]), v
+assert sum(p["report"]["tenants"][0]["refusals"] for p in v["processes"]) >= 2, v
 big = [t for t in v["tenants"] if t["name"] == "big"][0]
 assert big["max"] == 2 << 20 and 0 < big["peak_held_bytes"] <= 2 << 20, big
 EOF
