@@ -120,8 +120,10 @@ static void keep_pace(const struct timespec *start, uint64_t t0_us, uint64_t t_u
 }
 
 int gp_replay_models(const char **specs, int count, const char *device_memory, const char *conf, int json,
-                     int processes, double speed)
+                     const char *snapshot, unsigned snapshot_flags, int processes, double speed)
 {
+    if (processes && snapshot != NULL)
+        return fprintf(stderr, "gpupool replay: --snapshot writes one pool: not with --processes\n"), 2;
     if (processes)
         return replay_in_processes(specs, count, device_memory, conf, json, speed);
     char err[1024];
@@ -157,6 +159,9 @@ int gp_replay_models(const char **specs, int count, const char *device_memory, c
         snprintf(cfg, sizeof cfg, "backend:sim,device_memory:%s%s%s", device_memory, conf[0] ? "," : "", conf);
         if (gp_pool_create(&pool, 0, NULL, cfg) != GP_OK || (sim = gp_sim_of(pool)) == NULL) {
             fprintf(stderr, "gpupool replay: cannot create a simulated pool with \"%s\": %s\n", cfg, gp_last_error());
+            status = 1;
+        } else if (snapshot != NULL && gp_history_record(pool, 4 * total + 4096) != GP_OK) {
+            fprintf(stderr, "gpupool replay: --snapshot: %s\n", gp_last_error());
             status = 1;
         }
     }
@@ -210,6 +215,10 @@ int gp_replay_models(const char **specs, int count, const char *device_memory, c
             m->live -= m->trace.slot_size[ev->slot];
             m->ptrs[ev->slot] = NULL;
         }
+    }
+    if (status == 0 && snapshot != NULL && gp_snapshot_write(&pool, 1, snapshot, snapshot_flags) != GP_OK) {
+        fprintf(stderr, "gpupool replay: --snapshot: %s\n", gp_last_error());
+        status = 1;
     }
     if (status == 0) {
         gp_stats st = {.size = sizeof st, .version = GP_STATS_VERSION};
@@ -335,7 +344,7 @@ static int replay_in_processes(const char **specs, int count, const char *device
             if (cut != NULL)
                 *cut = '\0';
             const char *one[] = {spec};
-            int rc = gp_replay_models(one, 1, device_memory, child_conf[i], json, 0, speed);
+            int rc = gp_replay_models(one, 1, device_memory, child_conf[i], json, NULL, 0, 0, speed);
             fflush(stdout);
             _exit(rc);
         }

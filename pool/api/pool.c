@@ -167,6 +167,7 @@ GP_API int gp_pool_destroy(gp_pool *pool, gp_leak_report *report)
     free(p->pooled_since);
     gp_trace_log_close(p->log);
     gp_pool_ledger_detach(p); /* credits what this pool still had charged */
+    gp_history_destroy(atomic_load(&p->history));
     p->ops->close(p->ctx);
     gp_stream_table_free(&p->streams);
     gp_tenant_registry_free(&p->tenants);

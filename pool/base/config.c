@@ -70,6 +70,8 @@ static const key_spec keys[] = {
      "share budgets with other processes on this GPU: off, on (the device's ledger) or a ledger name"},
     {"ledger_wait", KEY_SECONDS, FIELD(ledger_wait), 0, "100ms",
      "ledger: how long a refused growth waits for other processes to give cached memory back"},
+    {"empty_cache", KEY_STRING, FIELD(empty_cache), GP_CONFIG_NAME_MAX, "working-set",
+     "torch.cuda.empty_cache(): working-set (give back what the last 8 calls' intervals did not use), trim (all), off"},
 };
 
 #define KEY_COUNT (sizeof keys / sizeof keys[0])
@@ -357,6 +359,9 @@ int gp_config_validate(const gp_config *cfg)
     if (cfg->huge_size <= cfg->small_size)
         return gp_error_set(GP_ERR_CONFIG, "huge_size %zu must be larger than small_size (%zu)", cfg->huge_size,
                             cfg->small_size);
+    if (strcmp(cfg->empty_cache, "working-set") != 0 && strcmp(cfg->empty_cache, "trim") != 0 &&
+        strcmp(cfg->empty_cache, "off") != 0)
+        return gp_error_set(GP_ERR_CONFIG, "empty_cache '%s' unknown (working-set, trim or off)", cfg->empty_cache);
     if (cfg->max_streams == 0 || cfg->max_streams > 65536)
         return gp_error_set(GP_ERR_CONFIG, "max_streams %u must be between 1 and 65536", cfg->max_streams);
     return GP_OK;

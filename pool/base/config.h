@@ -39,6 +39,7 @@ typedef struct gp_config {
     double ledger_wait;     /* seconds a refused charge waits for other processes to trim their cache */
     gp_config_budget budgets[GP_CONFIG_BUDGETS];
     unsigned num_budgets;
+    char empty_cache[GP_CONFIG_NAME_MAX]; /* torch.cuda.empty_cache(): "working-set", "trim" or "off" */
 } gp_config;
 
 /* Fills cfg with the built-in defaults. */
