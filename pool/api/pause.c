@@ -32,6 +32,7 @@
 #include "base/error.h"
 #include "provider/pages.h"
 #include "provider/pending.h"
+#include "provider/pool_ledger.h"
 #include "provider/provider.h"
 #include "provider/staging.h"
 #include "provider/vmm.h"
@@ -48,6 +49,7 @@ static size_t roll_back(gp_pool_state *p, gp_held_page *held, size_t nheld)
     size_t lost = 0;
     for (size_t k = nheld; k-- > 0;) {
         if (gp_vmm_map_back(p, &held[k]) != GP_OK) {
+            gp_pool_ledger_credit(p, held[k].seg->owner->tenant, 0, p->page);
             gp_page_release(p, held[k].handle);
             lost++;
         }
@@ -94,8 +96,10 @@ GP_API int gp_tenant_pause(gp_pool *pool, const char *name, unsigned flags)
         if (tenant_range(seg, t))
             rc = gp_vmm_pause_range(p, seg, held, &nheld);
     if (rc == GP_OK) { /* phase 2: commit (a handle the device refuses stays in the page pool) */
-        for (size_t k = 0; k < nheld; k++)
+        for (size_t k = 0; k < nheld; k++) {
+            gp_pool_ledger_credit(p, held[k].seg->owner->tenant, 0, p->page); /* GPU-wide: no longer held */
             gp_page_release(p, held[k].handle);
+        }
         atomic_fetch_add(&t->pauses, 1);
     } else {
         size_t lost = roll_back(p, held, nheld);

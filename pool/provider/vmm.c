@@ -31,6 +31,7 @@
 #include "provider/pending.h"
 #include "provider/provider.h"
 #include "provider/pages.h"
+#include "provider/pool_ledger.h"
 #include "provider/vmm.h"
 
 /* ---- growth ----------------------------------------------------------------------------------- */
@@ -143,11 +144,34 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
             return rc;
         admitted = pages;
     }
+    /* GPU-wide: the tenant bytes of every page about to be mapped, before any is */
+    rc = gp_pool_ledger_charge(p, st->tenant, 0, pages * p->page, true);
+    if (rc != GP_OK)
+        return rc;
+    size_t charged = pages * p->page;
+    if (p->ledger != NULL) {
+        /* The charge may have given this pool's free pages back (to make room): find the spot again. */
+        pthread_mutex_lock(&st->lock);
+        spot = growth_spot(p, st, rsize, small, &pages);
+        pthread_mutex_unlock(&st->lock);
+        if (spot == NULL)
+            pages = gp_div_up(rsize, p->page);
+        if (pages * p->page > charged) {
+            rc = gp_pool_ledger_charge(p, st->tenant, 0, pages * p->page - charged, false);
+            if (rc != GP_OK) {
+                gp_pool_ledger_credit(p, st->tenant, 0, charged);
+                return rc;
+            }
+            charged = pages * p->page;
+        }
+    }
     if (spot == NULL) {
         gp_segment *seg = NULL;
         rc = new_range(p, st, rsize, small, &seg);
-        if (rc != GP_OK)
+        if (rc != GP_OK) {
+            gp_pool_ledger_credit(p, st->tenant, 0, charged);
             return rc;
+        }
         spot = seg->first;
     }
     if (p->cfg.defrag && pages > p->pooled_count)
@@ -158,17 +182,22 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
     uintptr_t from = spot->addr;
     size_t done = gp_pages_map_front(p, st, grown, spot, pages, &rc);
     pthread_mutex_unlock(&st->lock);
+    gp_pool_ledger_credit(p, st->tenant, 0, charged - done * p->page); /* what was not mapped */
     if (done == pages)
         return GP_OK;
-    if (rc == GP_ERR_OOM) {
-        /* The device is full: every free page anywhere may serve, then try the rest again. */
+    if (rc == GP_ERR_OOM || (rc == GP_ERR_MIN_GUARANTEE && p->ledger != NULL)) {
+        /* The device is full: every free page anywhere may serve (other processes' cache too, when a
+         * ledger is shared), then try the rest again at the spot found then (protected), within what
+         * admission allowed. */
         int urc = GP_OK;
         size_t more = 0;
+        gp_pool_ledger_make_room(p, st->tenant, (pages - done) * p->page);
         gp_collect_all_pending(p);
         pthread_mutex_lock(&st->lock);
         spot = growth_spot(p, st, rsize, small, &more);
         pthread_mutex_unlock(&st->lock);
-        if (spot != NULL && done + more <= admitted) {
+        if (spot != NULL && done + more <= admitted &&
+            (rc = gp_pool_ledger_charge(p, st->tenant, 0, more * p->page, false)) == GP_OK) {
             gp_vmm_unmap_free_pages(p, more, spot, UINT64_MAX, false, &urc, NULL, st->tenant);
             pthread_mutex_lock(&st->lock);
             assert(spot->state == GP_BLOCK_UNMAPPED);
@@ -176,6 +205,7 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
             uintptr_t from2 = spot->addr;
             size_t again = gp_pages_map_front(p, st, seg2, spot, more, &rc);
             pthread_mutex_unlock(&st->lock);
+            gp_pool_ledger_credit(p, st->tenant, 0, (more - again) * p->page);
             if (again == more)
                 return GP_OK;
             undo_growth(p, st, seg2, from2, again);
@@ -399,11 +429,14 @@ int gp_vmm_resume_range(gp_pool_state *p, gp_segment *seg)
         if (seg->pages[i] != GP_PHYS_NONE || !page_in_use(seg, seg->addr + i * p->page))
             continue;
         gp_phys handle;
-        int rc = gp_page_get(p, &handle);
+        int rc = gp_pool_ledger_charge(p, seg->owner->tenant, 0, p->page, false); /* GPU-wide max */
         if (rc != GP_OK)
             return rc;
-        if ((rc = map_page(p, seg, i, handle)) != GP_OK) {
+        rc = gp_page_get(p, seg->owner->tenant, &handle);
+        if (rc == GP_OK && (rc = map_page(p, seg, i, handle)) != GP_OK)
             gp_page_release(p, handle); /* one the device refuses stays pooled */
+        if (rc != GP_OK) {
+            gp_pool_ledger_credit(p, seg->owner->tenant, 0, p->page);
             return rc;
         }
     }
@@ -427,7 +460,7 @@ int gp_vmm_pause_range(gp_pool_state *p, gp_segment *seg, gp_held_page *held, si
         seg->mapped_bytes -= p->page;
         p->paused_bytes += p->page;
         gp_tenant_charge(seg->owner->tenant, -(int64_t)p->page);
-        held[(*nheld)++] = (gp_held_page){seg, i, seg->pages[i]};
+        held[(*nheld)++] = (gp_held_page){seg, i, seg->pages[i]}; /* the ledger is credited at commit */
         seg->pages[i] = GP_PHYS_NONE;
     }
     return GP_OK;
