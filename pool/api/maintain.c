@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "api/api.h"
 #include "provider/pending.h"
+#include "provider/pool_ledger.h"
 #include "provider/provider.h"
 
 size_t gp_maintain_locked(gp_pool_state *p, int *failed)
@@ -23,6 +24,7 @@ size_t gp_maintain_locked(gp_pool_state *p, int *failed)
     if (now > atomic_load(&p->coarse_now))
         atomic_store(&p->coarse_now, now);
     atomic_store(&p->frees_since_maintain, 0);
+    gp_pool_ledger_service(p, false); /* other processes' requests to trim; figures for gpupool top */
     bool idle = p->cfg.idle_release >= 0;
     bool threshold = p->cfg.release_threshold != SIZE_MAX;
     if (!idle && !threshold)
@@ -32,7 +34,9 @@ size_t gp_maintain_locked(gp_pool_state *p, int *failed)
     size_t released = 0;
     int rc = GP_OK;
     if (idle) {
-        uint64_t age = (uint64_t)(p->cfg.idle_release * 1e9);
+        /* the parser keeps idle_release within what a uint64_t of ns holds; saturate all the same */
+        double ns = p->cfg.idle_release * 1e9;
+        uint64_t age = ns >= 18446744073709551616.0 ? UINT64_MAX : (uint64_t)ns;
         uint64_t idle_before = now > age ? now - age : 0;
         if (now > age || age == 0)
             released += p->provider->release(p, 0, idle_before, &rc);

@@ -14,6 +14,7 @@
 #include "base/format.h"
 #include "gpupool_sim.h"
 #include "provider/pending.h"
+#include "provider/pool_ledger.h"
 #include "provider/provider.h"
 #include "provider/staging.h"
 #include "provider/thread_cache.h"
@@ -94,6 +95,13 @@ GP_API int gp_pool_create(gp_pool **out, int device, const char *backend, const 
         if (rc != GP_OK)
             ops->close(p->ctx);
     }
+    if (rc == GP_OK) {
+        rc = gp_pool_ledger_attach(p); /* ledger:off attaches nothing */
+        if (rc != GP_OK) {
+            gp_trace_log_close(p->log);
+            ops->close(p->ctx);
+        }
+    }
     if (rc != GP_OK) {
         gp_tenant_registry_free(&p->tenants);
         gp_stream_table_free(&p->streams);
@@ -120,6 +128,7 @@ GP_API int gp_pool_destroy(gp_pool *pool, gp_leak_report *report)
     gp_leak_report leaks = {0, 0};
     int failed = GP_OK;
     size_t not_returned = 0;
+    gp_current_tenant_forget_pool(p->serial); /* this thread's frames of the pool (current.c) */
 
     gp_thread_cache_destroy_begin(); /* no thread exits into this pool while it goes */
     pthread_mutex_lock(&p->lock);
@@ -154,14 +163,13 @@ GP_API int gp_pool_destroy(gp_pool *pool, gp_leak_report *report)
     gp_thread_cache_destroy_end();
 
     unsigned tenants = atomic_load(&p->tenants.count);
-    for (unsigned i = 0; i < tenants; i++) {
-        gp_staging_free(p, p->tenants.tenants[i]->staging, p->tenants.tenants[i]->staging_size);
-        p->tenants.tenants[i]->staging = NULL;
-    }
+    for (unsigned i = 0; i < tenants; i++)
+        gp_staging_drop(p, p->tenants.tenants[i]);
     gp_staging_destroy(p);
     free(p->pooled);
     free(p->pooled_since);
     gp_trace_log_close(p->log);
+    gp_pool_ledger_detach(p); /* credits what this pool still had charged */
     gp_history_destroy(atomic_load(&p->history));
     p->ops->close(p->ctx);
     gp_stream_table_free(&p->streams);

@@ -51,7 +51,8 @@ static const key_spec keys[] = {
     {"max_streams", KEY_UINT, FIELD(max_streams), 0, "256",
      "streams one pool can track"},
     {"pending_scan", KEY_UINT, FIELD(pending_scan), 0, "8",
-     "cross-stream frees whose events an allocation queries before its fast path"},
+     "cross-stream frees whose events an allocation queries before its fast path (0: none; slow paths "
+     "still collect them)"},
     {"steal_wait", KEY_BOOL, FIELD(steal_wait), 0, "true",
      "when the device is full, let a stream wait on another's event to take its free segments"},
     {"cache_slack", KEY_FRACTION, FIELD(cache_slack), 0, "0.04",
@@ -66,6 +67,10 @@ static const key_spec keys[] = {
      "give back cached memory idle this long (e.g. 30s, 500ms; real time, or virtual time on the sim)"},
     {"log", KEY_STRING, FIELD(log_path), sizeof(((gp_config *)0)->log_path), "",
      "write every allocate and free to this file as an RMM allocation-log CSV"},
+    {"ledger", KEY_STRING, FIELD(ledger), sizeof(((gp_config *)0)->ledger), "off",
+     "share budgets with other processes on this GPU: off, on (the device's ledger) or a ledger name"},
+    {"ledger_wait", KEY_SECONDS, FIELD(ledger_wait), 0, "100ms",
+     "ledger: how long a refused growth waits for other processes to give cached memory back"},
     {"empty_cache", KEY_STRING, FIELD(empty_cache), GP_CONFIG_NAME_MAX, "working-set",
      "torch.cuda.empty_cache(): working-set (give back what the last 8 calls' intervals did not use), trim (all), off"},
 };
@@ -154,7 +159,11 @@ static bool parse_size_or_none(const char *text, size_t *out)
     return gp_parse_size(text, out);
 }
 
-/* "off" (-1) or a duration: "30", "30s", "500ms", "2m". */
+/* The longest duration accepted: what the pool's clock (uint64_t nanoseconds) can count, about 584
+ * years. Anything longer would overflow the conversion to nanoseconds (maintain.c). */
+#define GP_SECONDS_MAX 18446744073.0
+
+/* "off" (-1) or a duration: "30", "30s", "500ms", "2m", of at most GP_SECONDS_MAX. */
 static bool parse_seconds(const char *text, double *out)
 {
     if (strcasecmp(text, "off") == 0) {
@@ -174,7 +183,10 @@ static bool parse_seconds(const char *text, double *out)
                                                                  : -1.0;
     if (scale < 0)
         return false;
-    *out = value * scale;
+    double seconds = value * scale;
+    if (!isfinite(seconds) || seconds > GP_SECONDS_MAX)
+        return false;
+    *out = seconds;
     return true;
 }
 
@@ -219,8 +231,9 @@ static int apply_one(gp_config *cfg, const key_spec *key, const char *value, con
         return GP_OK;
     case KEY_SECONDS:
         if (!parse_seconds(value, (double *)field))
-            return gp_error_set(GP_ERR_CONFIG, "%s: '%s' is not a duration (30s, 500ms, 2m) or off for key '%s'",
-                                origin, value, key->name);
+            return gp_error_set(GP_ERR_CONFIG, "%s: '%s' is not a duration (30s, 500ms, 2m) of at most %.0f s (about 584 "
+                                "years, what the pool's nanosecond clock can count) or off for key '%s'",
+                                origin, value, GP_SECONDS_MAX, key->name);
         return GP_OK;
     case KEY_FRACTION:
         if (!parse_fraction(value, (double *)field))
@@ -229,6 +242,45 @@ static int apply_one(gp_config *cfg, const key_spec *key, const char *value, con
         return GP_OK;
     }
     return gp_error_set(GP_ERR_CONFIG, "%s: key '%s' has no parser", origin, key->name);
+}
+
+/* budget.NAME.max|high|min:SIZE — a GPU-wide budget of tenant NAME (used with `ledger`). */
+static int apply_budget(gp_config *cfg, const char *key, const char *value, const char *origin)
+{
+    const char *name = key + strlen("budget.");
+    const char *dot = strrchr(name, '.');
+    if (dot == NULL || dot == name || (size_t)(dot - name) >= sizeof cfg->budgets[0].name)
+        return gp_error_set(GP_ERR_CONFIG, "%s: '%s' is not budget.NAME.max, budget.NAME.high or budget.NAME.min",
+                            origin, key);
+    const char *limit = dot + 1;
+    unsigned bit = strcmp(limit, "max") == 0 ? 1u : strcmp(limit, "high") == 0 ? 2u : strcmp(limit, "min") == 0 ? 4u : 0u;
+    if (bit == 0)
+        return gp_error_set(GP_ERR_CONFIG, "%s: '%s': unknown limit '%s' (max, high or min)", origin, key, limit);
+    size_t bytes = 0;
+    if (!gp_parse_size(value, &bytes))
+        return gp_error_set(GP_ERR_CONFIG, "%s: '%s' is not a size for key '%s'", origin, value, key);
+    size_t len = (size_t)(dot - name);
+    gp_config_budget *b = NULL;
+    for (unsigned i = 0; i < cfg->num_budgets && b == NULL; i++)
+        if (strlen(cfg->budgets[i].name) == len && strncmp(cfg->budgets[i].name, name, len) == 0)
+            b = &cfg->budgets[i];
+    if (b == NULL) {
+        if (cfg->num_budgets == GP_CONFIG_BUDGETS)
+            return gp_error_set(GP_ERR_CONFIG, "%s: '%s': at most %d budget.NAME tenants", origin, key,
+                                GP_CONFIG_BUDGETS);
+        b = &cfg->budgets[cfg->num_budgets++];
+        memset(b, 0, sizeof *b);
+        memcpy(b->name, name, len);
+        b->name[len] = '\0';
+    }
+    if (bit == 1)
+        b->max = bytes;
+    else if (bit == 2)
+        b->high = bytes;
+    else
+        b->min = bytes;
+    b->set |= bit;
+    return GP_OK;
 }
 
 static char *trim(char *s)
@@ -255,6 +307,14 @@ int gp_config_apply(gp_config *cfg, const char *text, const char *origin)
 {
     if (text == NULL || text[0] == '\0')
         return GP_OK;
+    /* A configuration is text: a control byte means it is not one (a binary file in GPUPOOL_CONF, say),
+     * and echoing it into a message could drive the user's terminal. Bytes >= 0x80 (UTF-8) are text. */
+    for (size_t i = 0; text[i] != '\0'; i++) {
+        unsigned char c = (unsigned char)text[i];
+        if ((c < 0x20 && c != '\t') || c == 0x7f)
+            return gp_error_set(GP_ERR_CONFIG, "%s: byte 0x%02x at offset %zu is a control character: a configuration "
+                                "is printable key:value,key:value text", origin, c, i);
+    }
     gp_config work = *cfg; /* all-or-nothing: apply to a copy */
     char *copy = strdup(text);
     if (copy == NULL)
@@ -272,6 +332,12 @@ int gp_config_apply(gp_config *cfg, const char *text, const char *origin)
         }
         *colon = '\0';
         char *name = trim(item), *value = trim(colon + 1);
+        if (strncmp(name, "budget.", strlen("budget.")) == 0) {
+            rc = apply_budget(&work, name, value, origin);
+            if (rc != GP_OK)
+                break;
+            continue;
+        }
         const key_spec *key = find_key(name);
         if (key == NULL) {
             rc = gp_error_set(GP_ERR_CONFIG, "%s: unknown key '%s' (known keys: see gp_config_help)", origin,
@@ -327,6 +393,9 @@ const char *gp_config_help_text(void)
     for (size_t i = 0; i < KEY_COUNT && used < sizeof text; i++)
         used += (size_t)snprintf(text + used, sizeof text - used, "%-14s default %-6s  %s\n", keys[i].name,
                                  keys[i].default_text[0] ? keys[i].default_text : "\"\"", keys[i].meaning);
+    if (used < sizeof text)
+        snprintf(text + used, sizeof text - used, "%-14s default %-6s  %s\n", "budget.NAME.max", "none",
+                 "ledger: GPU-wide max of tenant NAME (also budget.NAME.high, budget.NAME.min), all processes together");
     return text;
 }
 

@@ -94,3 +94,68 @@ Test(config, help_lists_every_key)
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         cr_assert(strstr(help, names[i]) != NULL, "help lacks %s", names[i]);
 }
+
+/* Issue 9 finding 7: a duration the pool's nanosecond clock cannot hold is refused with a message,
+ * instead of overflowing the conversion to nanoseconds in maintain.c (UBSan). */
+Test(config, durations_past_the_clock_are_refused)
+{
+    static const char *const bad[] = {"idle_release:1e11", "idle_release:1e308m", "idle_release:1e300",
+                                      "idle_release:18446744074s", "idle_release:307445735m"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        gp_config cfg;
+        gp_config_defaults(&cfg);
+        cr_assert_eq(gp_config_apply(&cfg, bad[i], "config"), GP_ERR_CONFIG, "%s was accepted", bad[i]);
+        cr_assert(strstr(gp_last_error(), "idle_release") != NULL, "%s", gp_last_error());
+        cr_assert(strstr(gp_last_error(), "at most") != NULL, "says the limit: %s", gp_last_error());
+        cr_assert(cfg.idle_release < 0, "a refused value changes nothing");
+    }
+    gp_config cfg;
+    gp_config_defaults(&cfg);
+    cr_assert_eq(gp_config_apply(&cfg, "idle_release:18446744073s", "config"), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_config_apply(&cfg, "idle_release:1e10", "config"), GP_OK, "%s", gp_last_error());
+}
+
+/* Issue 9 finding 13: a configuration with control bytes (a binary GPUPOOL_CONF, say) is refused
+ * without echoing them: the message names the byte and its offset. */
+Test(config, control_bytes_are_refused_without_echo)
+{
+    gp_config cfg;
+    gp_config_defaults(&cfg);
+    const char text[] = "backend:sim,\x1b[2J\x01\x02junk";
+    cr_assert_eq(gp_config_apply(&cfg, text, "GPUPOOL_CONF"), GP_ERR_CONFIG);
+    const char *msg = gp_last_error();
+    for (const char *c = msg; *c; c++)
+        cr_assert((unsigned char)*c >= 0x20 && *c != 0x7f, "the message echoes a control byte: %s", msg);
+    cr_assert(strstr(msg, "GPUPOOL_CONF") != NULL && strstr(msg, "0x1b") != NULL && strstr(msg, "12") != NULL,
+              "%s", msg);
+    cr_assert_str_eq(cfg.backend, "cuda", "nothing applied");
+    /* UTF-8 (a log path) is text */
+    cr_assert_eq(gp_config_apply(&cfg, "log:/tmp/caf\xc3\xa9.csv", "config"), GP_OK, "%s", gp_last_error());
+}
+
+Test(config, ledger_and_budgets)
+{
+    gp_config cfg;
+    gp_config_defaults(&cfg);
+    cr_assert_str_eq(cfg.ledger, "off");
+    cr_assert_float_eq(cfg.ledger_wait, 0.1, 1e-9);
+    cr_assert_eq(gp_config_apply(&cfg, "ledger:on,budget.llama.max:20GiB,budget.llama.min:8GiB,budget.vit.high:1GiB",
+                                 "test"),
+                 GP_OK, "%s", gp_last_error());
+    cr_assert_str_eq(cfg.ledger, "on");
+    cr_assert_eq(cfg.num_budgets, 2);
+    cr_assert_str_eq(cfg.budgets[0].name, "llama");
+    cr_assert_eq(cfg.budgets[0].max, 20ull << 30);
+    cr_assert_eq(cfg.budgets[0].min, 8ull << 30);
+    cr_assert_eq(cfg.budgets[0].set, 1u | 4u);
+    cr_assert_str_eq(cfg.budgets[1].name, "vit");
+    cr_assert_eq(cfg.budgets[1].set, 2u);
+    /* Bad budget items are refused, naming the key, and change nothing (all or nothing). */
+    gp_config before = cfg;
+    cr_assert_eq(gp_config_apply(&cfg, "budget.llama.max:1GiB,budget.llama.maximum:1GiB", "test"), GP_ERR_CONFIG);
+    cr_assert(strstr(gp_last_error(), "budget.llama.maximum") != NULL, "%s", gp_last_error());
+    cr_assert_eq(gp_config_apply(&cfg, "budget.llama.max:lots", "test"), GP_ERR_CONFIG);
+    cr_assert(strstr(gp_last_error(), "'lots'") != NULL, "%s", gp_last_error());
+    cr_assert_eq(gp_config_apply(&cfg, "budget.max:1GiB", "test"), GP_ERR_CONFIG);
+    cr_assert_eq(memcmp(&before, &cfg, sizeof cfg), 0);
+}
