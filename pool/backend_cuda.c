@@ -8,7 +8,8 @@
  * Threads: any thread may call any operation. The current device is per host thread in CUDA, so every
  * operation makes the pool's device current for its duration and restores the caller's device after
  * (device_enter / device_leave); the set is skipped when the device is already current, which is the
- * common case and costs one cudaGetDevice. The context is immutable after open(), so no lock is needed.
+ * common case and costs one cudaGetDevice, except on a thread's first call (a thread that never called
+ * cudaSetDevice has no current context, which driver calls need). The context is immutable after open(), so no lock is needed.
  *
  * Errors: each failure message names the runtime call, its arguments (size, pointer, stream, event)
  * and the runtime's cudaGetErrorName / cudaGetErrorString. A non-sticky error this file caused is
@@ -57,13 +58,19 @@ int gp_cuda_device_enter(const gp_cuda_ctx *ctx, const char *op, int *prev)
         return gp_error_set(GP_ERR_DEVICE, "%s %s: cudaGetDevice: %s: %s", ctx->name, op,
                             cudaGetErrorName(err), cudaGetErrorString(err));
     }
-    if (current != ctx->device) {
+    /* CUDA binds a device's primary context to a thread only when the runtime initialises the device
+     * for it (cudaSetDevice does; cudaGetDevice, which answers 0 on a fresh thread, does not), and the
+     * vmm backend's driver calls need that context: the first call on each thread sets the device
+     * even when it is already the current one. */
+    static _Thread_local bool thread_has_context;
+    if (current != ctx->device || !thread_has_context) {
         err = cudaSetDevice(ctx->device);
         if (err != cudaSuccess) {
             gp_cuda_clear_own_error(err);
             return gp_error_set(GP_ERR_DEVICE, "%s %s: cudaSetDevice(device=%d): %s: %s", ctx->name, op,
                                 ctx->device, cudaGetErrorName(err), cudaGetErrorString(err));
         }
+        thread_has_context = true;
     }
     *prev = current;
     return GP_OK;
