@@ -253,6 +253,9 @@ GP_API int gp_alloc(gp_pool *pool, void **out, size_t size, gp_stream stream)
         return gp_error_set(GP_ERR_INVALID, "gp_alloc: %zu bytes on stream %p is more than the device has (%s)",
                             size, stream, gp_format_size(p->device_total, total));
     }
+    rc = gp_refuse_capturing(p, stream, "gp_alloc");
+    if (rc != GP_OK)
+        return rc;
     gp_stream_state *st;
     rc = gp_pool_current_state(p, stream, true, &st);
     if (rc != GP_OK)

@@ -346,6 +346,31 @@ int gp_cuda_stream_wait_event(void *opaque, gp_stream stream, gp_event ev)
     return GP_OK;
 }
 
+/* cudaStreamIsCapturing (its signature is the same in CUDA 11 to 13, unlike cudaStreamGetCaptureInfo's).
+ * cudaErrorStreamCaptureImplicit: the legacy stream while a blocking stream captures, which may not be
+ * used either; it counts as capturing (the error is cleared, the capture is not invalidated). */
+int gp_cuda_stream_capturing(void *opaque, gp_stream stream, int *capturing)
+{
+    const gp_cuda_ctx *ctx = opaque;
+    int prev = -1;
+    int rc = gp_cuda_device_enter(ctx, "stream_capturing", &prev);
+    if (rc != GP_OK)
+        return rc;
+    enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    cudaError_t err = cudaStreamIsCapturing((cudaStream_t)stream, &status);
+    gp_cuda_clear_own_error(err);
+    gp_cuda_device_leave(ctx, prev);
+    if (err == cudaErrorStreamCaptureImplicit) {
+        *capturing = 1;
+        return GP_OK;
+    }
+    if (err != cudaSuccess)
+        return gp_error_set(GP_ERR_DEVICE, "cudaStreamIsCapturing(stream=%p) on device %d: %s: %s", stream,
+                            ctx->device, cudaGetErrorName(err), cudaGetErrorString(err));
+    *capturing = status != cudaStreamCaptureStatusNone;
+    return GP_OK;
+}
+
 /* Synchronous copies (cudaMemcpy waits for prior work on the legacy default stream and blocks). */
 int gp_cuda_copy_to_host(void *opaque, void *host, gp_devptr src, size_t size)
 {
@@ -421,6 +446,7 @@ const gp_backend_ops gp_backend_cuda = {
     .event_query = gp_cuda_event_query,
     .event_synchronize = gp_cuda_event_synchronize,
     .stream_wait_event = gp_cuda_stream_wait_event,
+    .stream_capturing = gp_cuda_stream_capturing,
     .copy_to_host = gp_cuda_copy_to_host,
     .copy_to_device = gp_cuda_copy_to_device,
     .host_alloc = gp_cuda_host_alloc,

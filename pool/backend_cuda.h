@@ -45,6 +45,7 @@ int gp_cuda_event_record(void *ctx, gp_event ev, gp_stream stream);
 int gp_cuda_event_query(void *ctx, gp_event ev);
 int gp_cuda_event_synchronize(void *ctx, gp_event ev);
 int gp_cuda_stream_wait_event(void *ctx, gp_stream stream, gp_event ev);
+int gp_cuda_stream_capturing(void *ctx, gp_stream stream, int *capturing);
 
 int gp_cuda_copy_to_host(void *ctx, void *host, gp_devptr src, size_t size);
 int gp_cuda_copy_to_device(void *ctx, gp_devptr dst, const void *host, size_t size);

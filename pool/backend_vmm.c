@@ -392,6 +392,7 @@ const gp_backend_ops gp_backend_vmm = {
     .event_query = gp_cuda_event_query,
     .event_synchronize = gp_cuda_event_synchronize,
     .stream_wait_event = gp_cuda_stream_wait_event,
+    .stream_capturing = gp_cuda_stream_capturing,
     .vm_granularity = vmm_granularity,
     .va_reserve = vmm_va_reserve,
     .va_release = vmm_va_release,

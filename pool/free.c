@@ -263,6 +263,9 @@ GP_API int gp_free(gp_pool *pool, void *ptr, gp_stream stream)
     int rc = gp_pool_enter(pool, "gp_free", &p);
     if (rc != GP_OK || ptr == NULL)
         return rc;
+    rc = gp_refuse_capturing(p, stream, "gp_free");
+    if (rc != GP_OK)
+        return rc;
     gp_stream_state *st = NULL;
     gp_pool_current_state(p, stream, false, &st);
     if (st == NULL && !gp_stream_seen(&p->streams, stream))

@@ -160,6 +160,11 @@ static inline gp_heap *gp_heap_of(gp_stream_state *st, bool small)
     return small ? &st->small : &st->large;
 }
 
+/* ---- api/capture.c ---- */
+/* GP_OK when `stream` does not capture a CUDA graph; GP_ERR_INVALID (message naming `fn`) when it
+ * does: the pool then makes no device call at all for it (see api/capture.c). */
+int gp_refuse_capturing(gp_pool_state *p, gp_stream stream, const char *fn);
+
 /* ---- free.c ---- */
 /* Returns a block that is no longer LIVE or PENDING to its owner's heap (owner locked). */
 void gp_block_to_heap(gp_pool_state *p, gp_stream_state *owner, gp_block *b);
