@@ -5,8 +5,8 @@
  * backend_vmm.c compile here without a toolkit and link against the emulation instead of cudart.
  *
  * Every type, enumerator value and signature below is the one of CUDA 13.0's driver_types.h and
- * cuda_runtime_api.h (values checked against /usr/local/cuda/include by the test
- * tests/emu/header_values.c when a toolkit is present). Only names the project uses are declared.
+ * cuda_runtime_api.h (read from /usr/local/cuda/include; not yet checked by a test against an
+ * installed toolkit). Only names the project and its tests use are declared.
  */
 #ifndef GP_CUDA_EMU_RUNTIME_API_H
 #define GP_CUDA_EMU_RUNTIME_API_H
