@@ -257,6 +257,19 @@ GP_API int gp_check(gp_pool *pool);
 /* The configuration keys, their defaults and meanings, one per line. */
 GP_API const char *gp_config_help(void);
 
+/* ---- CUDA graph capture (cuda and vmm backends) ----------------------------------------------- */
+/*
+ * Private memory pools per graph (the rules: pool/api/capture.c). Between gp_graph_pool_begin and
+ * gp_graph_pool_end, allocations on a stream that captures a CUDA graph come from graph pool `id`
+ * (created on its first begin; later captures into the same id share it), whose memory is never handed
+ * out outside its graph. gp_graph_pool_release says the graphs using `id` are gone: the pool is
+ * destroyed once its last block is freed. A capturing stream outside a window is refused with
+ * GP_ERR_INVALID before any device call. One window at a time per pool.
+ */
+GP_API int gp_graph_pool_begin(gp_pool *pool, uint64_t id);
+GP_API int gp_graph_pool_end(gp_pool *pool, uint64_t id);
+GP_API int gp_graph_pool_release(gp_pool *pool, uint64_t id);
+
 #ifdef __cplusplus
 }
 #endif

@@ -46,6 +46,22 @@ void gp_cuda_clear_own_error(cudaError_t err)
         (void)cudaGetLastError();
 }
 
+enum cudaStreamCaptureMode gp_cuda_relax(void)
+{
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return cudaStreamCaptureModeRelaxed; /* nothing was changed: nothing to give back */
+    }
+    return mode;
+}
+
+void gp_cuda_unrelax(enum cudaStreamCaptureMode previous)
+{
+    if (previous != cudaStreamCaptureModeRelaxed && cudaThreadExchangeStreamCaptureMode(&previous) != cudaSuccess)
+        (void)cudaGetLastError();
+}
+
 /* Makes ctx's device current for the calling thread. *prev receives the device that was current, for
  * device_leave. On failure sets the message (naming `op`, the operation being attempted) and returns
  * GP_ERR_DEVICE; nothing needs undoing. */
@@ -161,7 +177,9 @@ int gp_cuda_mem_alloc(void *opaque, size_t size, gp_devptr *out)
         return rc;
 
     void *ptr = NULL;
+    enum cudaStreamCaptureMode mode = gp_cuda_relax(); /* the pool may grow while a graph is captured */
     cudaError_t err = cudaMalloc(&ptr, size);
+    gp_cuda_unrelax(mode);
     if (err != cudaSuccess) {
         gp_cuda_clear_own_error(err);
         gp_cuda_device_leave(ctx, prev);

@@ -235,6 +235,7 @@ GP_API int gp_pool_destroy(gp_pool *pool, gp_leak_report *report)
     gp_leak_report leaks = {0, 0};
     int failed = GP_OK;
     size_t not_returned = 0;
+    gp_capture_destroy(p, &leaks);
 
     pthread_mutex_lock(&p->lock);
     gp_lock_all_streams(p);

@@ -75,6 +75,13 @@ typedef struct gp_pool_state {
     atomic_size_t reserved, reserved_peak;
     atomic_uint_fast64_t num_device_allocs, num_device_frees, num_alloc_retries, num_ooms;
     atomic_uint_fast64_t num_stream_steals, num_stream_waits;
+
+    /* CUDA graph capture (api/capture.c): the private pools of this pool's graphs (NULL before the
+     * first gp_graph_pool_begin), and for a private pool itself: graph_child, and graph_window while
+     * its graph is being captured. */
+    struct gp_capture_pools *capture;
+    bool graph_child;
+    atomic_bool graph_window;
 } gp_pool_state;
 
 struct gp_pool {
@@ -161,9 +168,26 @@ static inline gp_heap *gp_heap_of(gp_stream_state *st, bool small)
 }
 
 /* ---- api/capture.c ---- */
-/* GP_OK when `stream` does not capture a CUDA graph; GP_ERR_INVALID (message naming `fn`) when it
- * does: the pool then makes no device call at all for it (see api/capture.c). */
-int gp_refuse_capturing(gp_pool_state *p, gp_stream stream, const char *fn);
+/*
+ * Before serving `stream` (see api/capture.c): GP_OK with *route NULL when the pool serves it itself,
+ * GP_OK with *route set to the private pool of the graph being captured when the stream captures
+ * inside a gp_graph_pool_begin/end window, GP_ERR_INVALID (message naming `fn`) when it captures
+ * outside one: the pool then makes no device call for it.
+ */
+int gp_capture_route(gp_pool_state *p, gp_stream stream, const char *fn, gp_pool **route);
+/* After the pool found that it does not own ptr (gp_free, gp_record_stream): the graph pool that
+ * does, or NULL. */
+gp_pool *gp_capture_owner(gp_pool_state *p, void *ptr);
+/* A free of the pool's own block on a capturing stream: deferred to the window's end (the graph may
+ * still use it). GP_OK, or GP_ERR_INVALID with the message set. */
+int gp_capture_defer_free(gp_pool_state *p, void *ptr, gp_stream stream);
+/* Called after a free in graph pool `child`: destroys it when it was released and is now empty. */
+void gp_capture_after_free(gp_pool_state *p, gp_pool *child);
+/* True while any graph of this process is being captured through a window: event queries, fences,
+ * releases and stitching are then skipped (they are illegal, or unsafe, during capture). */
+bool gp_capture_underway(void);
+/* Destroys the graph pools at gp_pool_destroy; adds their leaks to *leaks. */
+void gp_capture_destroy(gp_pool_state *p, gp_leak_report *leaks);
 
 /* ---- free.c ---- */
 /* Returns a block that is no longer LIVE or PENDING to its owner's heap (owner locked). */

@@ -16,6 +16,8 @@
 static bool fence_ready(gp_pool_state *p, gp_stream_state *st, bool *recorded)
 {
     *recorded = false;
+    if (gp_capture_underway()) /* no event record or query while a graph is captured */
+        return false;
     if (st->fence == NULL && gp_event_pool_get(&p->events, &st->fence) != GP_OK) {
         st->fence = NULL;
         return false;
@@ -113,6 +115,8 @@ size_t gp_release_free_segments(gp_pool_state *p, size_t want, size_t keep, int 
     size_t released = 0;
     if (failed != NULL)
         *failed = GP_OK;
+    if (gp_capture_underway()) /* cudaFree synchronises the device: never while a graph is captured */
+        return 0;
     gp_segment *seg = p->segments_head;
     while (seg != NULL && released < want) {
         size_t cached = atomic_load(&p->reserved) - gp_allocated_estimate(p);
@@ -179,7 +183,7 @@ size_t gp_cache_cap(gp_pool_state *p, size_t rsize)
 void gp_release_over_cap(gp_pool_state *p, size_t bytes, size_t cap, const gp_tenant *taker)
 {
     size_t reserved = atomic_load(&p->reserved);
-    if (cap == SIZE_MAX || reserved + bytes <= cap)
+    if (cap == SIZE_MAX || reserved + bytes <= cap || gp_capture_underway())
         return;
     size_t releasable = 0;
     for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {

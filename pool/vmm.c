@@ -391,7 +391,7 @@ int gp_vmm_grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
      * from free pages elsewhere (stitching), as many as keep it under the cap. Every stitch raises the
      * cap by the pages it moved (stitch_allowance): a working set that needs more memory than the cap
      * stitches once and then grows, instead of moving the same pages back and forth every step. */
-    if (p->cfg.defrag && pages > p->pooled_count) {
+    if (p->cfg.defrag && pages > p->pooled_count && !gp_capture_underway()) {
         size_t cap = gp_cache_cap(p, rsize);
         if (cap != SIZE_MAX)
             cap += p->stitch_allowance;
@@ -453,6 +453,8 @@ size_t gp_vmm_release(gp_pool_state *p, size_t keep, uint64_t idle_before, int *
 {
     size_t before = atomic_load(&p->reserved);
     *failed = GP_OK;
+    if (gp_capture_underway()) /* unmapping synchronises the device: never while a graph is captured */
+        return 0;
     /* Pooled pages first: they are unmapped already. */
     size_t i = 0;
     while (i < p->pooled_count) {
