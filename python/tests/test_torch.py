@@ -158,6 +158,28 @@ class Installed(unittest.TestCase):
         """)
         self.check(r, "OOM True", "OTHERS_OK")
 
+    def test_graph_capture_allocates_from_a_private_pool_and_replays(self):
+        r = run_script("""
+            gt.install()
+            x = torch.ones(1 << 20, device="cuda")
+            torch.cuda.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):                      # begin/end-allocate-to-pool hooks
+                y = x * 2 + 1                              # allocated inside the capture
+            others = [torch.full((1 << 20,), 7.0, device="cuda") for _ in range(8)]
+            for i in range(3):
+                x.fill_(float(i))
+                g.replay()
+                torch.cuda.synchronize()
+                assert float(y[0]) == 2 * i + 1, (i, float(y[0]))
+                assert all(float(o[0]) == 7.0 for o in others), "a replay overwrote another tensor"
+            print("REPLAYS_OK", gt.last_error())
+            del g, y                                       # the release-pool hook
+            torch.cuda.synchronize()
+            print("RELEASED", gt.failures())
+        """)
+        self.check(r, "REPLAYS_OK", "RELEASED 0")
+
     def test_pause_and_resume_keep_tensor_contents_on_vmm(self):
         r = run_script("""
             gt.install()
