@@ -112,6 +112,12 @@ GP_API int gp_free(gp_pool *pool, void *ptr, gp_stream stream);
  */
 GP_API int gp_record_stream(gp_pool *pool, void *ptr, gp_stream stream);
 
+/* Call before destroying a stream the pool has seen (cudaStreamDestroy): waits for the work queued on
+ * it so far and drops it from the pool's records, so that the pool never records on the dead handle
+ * and a new stream that gets the same handle value inherits only finished work. Blocks still live on
+ * the stream stay valid (free them on a live stream). A stream the pool never saw: GP_OK, nothing done. */
+GP_API int gp_stream_forget(gp_pool *pool, gp_stream stream);
+
 /*
  * Gives cached memory back to the device until at most `keep_bytes` stay cached (0 = all). Only
  * segments that are wholly free and whose last uses have completed are released, oldest first.

@@ -563,6 +563,48 @@ static void case_random_stress(void)
     close_dev(&d, true);
 }
 
+static void stream_destroy(gp_stream s)
+{
+#if CONF_CUDA
+    if (cuda_api)
+        CHECK(cudaStreamDestroy((cudaStream_t)s) == cudaSuccess, "cudaStreamDestroy");
+#else
+    (void)s;
+#endif
+}
+
+/* gp_stream_forget before the application destroys a stream: afterwards the pool never records on
+ * the dead handle (on the emulation an event record there breaks rule 'no use after destroy'), and
+ * memory the stream used is reusable at once without racing its finished work. */
+static void case_stream_forget(void)
+{
+    conf_dev d;
+    if (open_dev(&d, 0, "") != GP_OK)
+        return;
+    gp_stream a = stream_new(&d), b = stream_new(&d);
+    void *p = NULL, *q = NULL, *r = NULL;
+    CHECK(POOL(gp_alloc(d.pool, &p, 8 * MIB, a)) == GP_OK, "alloc: %s", gp_last_error());
+    kernel(&d, a, p, 8 * MIB, GP_SIM_WRITE, 61, 100);
+    stream_sync(&d, a);
+    CHECK(POOL(gp_record_stream(d.pool, p, b)) == GP_OK, "record_stream");
+    kernel(&d, b, p, 8 * MIB, GP_SIM_READ, 0, 50000);
+    CHECK(POOL(gp_alloc(d.pool, &q, 3 * MIB, b)) == GP_OK, "alloc on b: %s", gp_last_error());
+    kernel(&d, b, q, 3 * MIB, GP_SIM_WRITE, 62, 50000);
+    CHECK(POOL(gp_free(d.pool, q, b)) == GP_OK, "free on b");
+    CHECK(POOL(gp_stream_forget(d.pool, b)) == GP_OK, "forget: %s", gp_last_error());
+    stream_destroy(b);
+    CHECK(POOL(gp_free(d.pool, p, a)) == GP_OK, "free of a block used on the forgotten stream: %s", gp_last_error());
+    CHECK(POOL(gp_alloc(d.pool, &r, 8 * MIB, a)) == GP_OK, "realloc: %s", gp_last_error());
+    kernel(&d, a, r, 8 * MIB, GP_SIM_WRITE, 63, 100); /* races b's read unless forget waited for it */
+    CHECK(POOL(gp_free(d.pool, r, a)) == GP_OK, "free");
+    CHECK(POOL(gp_stream_forget(d.pool, (gp_stream)0x7777)) == GP_OK, "a stream never seen: nothing to do");
+    size_t released = 0;
+    CHECK(POOL(gp_trim(d.pool, 0, &released)) == GP_OK, "trim: %s", gp_last_error());
+    sync_dev(&d);
+    CHECK(mismatches(&d) == 0, "races or contents");
+    close_dev(&d, true);
+}
+
 #include "conformance_capture.h"
 
 int main(int argc, char **argv)
@@ -585,6 +627,7 @@ int main(int argc, char **argv)
     RUN(case_mappings_and_pause);
     RUN(case_fresh_thread);
     RUN(case_other_device);
+    RUN(case_stream_forget);
     RUN(case_fault_sweep);
     RUN(case_random_stress);
     RUN(case_capture);
