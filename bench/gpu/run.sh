@@ -12,7 +12,7 @@
 #        three threads on three streams with record_stream checking contents, graph capture
 #        (torch.cuda.graph under install()), then the training and serving benchmarks against native
 #        PyTorch and native with expandable_segments:True (bench/gpu/torch_bench.py --quick).
-# The results table ($OUT/summary.md, else bench/gpu/out/summary.md) is rewritten after EVERY step, so
+# The results table ($OUT/run_table.md, else bench/gpu/out/run_table.md) is rewritten after EVERY step, so
 # a run cut short still leaves what it measured. Everything printed also goes to run.log there.
 #
 # Usage: bash bench/gpu/run.sh [--preflight-only]
@@ -35,7 +35,7 @@ done
 OUT_DIR="${OUT:-$ROOT/bench/gpu/out}"
 mkdir -p "$OUT_DIR"
 LOG="$OUT_DIR/run.log"
-SUMMARY="$OUT_DIR/summary.md"
+SUMMARY="$OUT_DIR/run_table.md" # torch_bench.py writes its own summary.md
 : >"$LOG"
 exec > >(tee -a "$LOG") 2>&1
 
@@ -175,5 +175,5 @@ fi
 echo
 echo "================================ run.sh: ${SECONDS} s ================================"
 cat "$SUMMARY"
-[ -f "$OUT_DIR/summary.md" ] || true
+[ -f "$OUT_DIR/summary.md" ] && { echo; cat "$OUT_DIR/summary.md"; }
 exit "$failed"
