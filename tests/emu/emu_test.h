@@ -7,6 +7,14 @@
 #define GP_EMU_TEST_H
 
 #include <stdio.h>
+#include <time.h>
+
+static double test_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
 
 static int test_failures;
 static const char *test_current = "";
@@ -24,9 +32,10 @@ static const char *test_current = "";
 #define RUN(fn)                                                                                              \
     do {                                                                                                     \
         int before_ = test_failures;                                                                         \
+        double t0_ = test_seconds();                                                                         \
         test_current = #fn;                                                                                  \
         fn();                                                                                                \
-        printf("%s %s\n", test_failures == before_ ? "ok  " : "FAIL", #fn);                                  \
+        printf("%s %s (%.1f s)\n", test_failures == before_ ? "ok  " : "FAIL", #fn, test_seconds() - t0_);   \
         fflush(stdout);                                                                                      \
     } while (0)
 
