@@ -37,8 +37,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "error.h"
-#include "pool_state.h"
+#include "api/api.h"
+#include "base/error.h"
+#include "provider/capture_window.h"
 
 struct gp_graph_pool {
     uint64_t id;
@@ -55,13 +56,6 @@ struct gp_capture_pools {
     struct deferred { void *ptr; gp_stream stream; } *deferred; /* frees deferred to the window's end */
     size_t deferred_count, deferred_capacity;
 };
-
-static atomic_int windows_open; /* in the whole process */
-
-bool gp_capture_underway(void)
-{
-    return atomic_load_explicit(&windows_open, memory_order_relaxed) != 0;
-}
 
 static int capturing(gp_pool_state *p, gp_stream stream, bool *out)
 {
@@ -178,7 +172,7 @@ GP_API int gp_graph_pool_begin(gp_pool *pool, uint64_t id)
             c->window = g->pool;
             c->window_id = id;
             atomic_store(&g->pool->state->graph_window, true);
-            atomic_fetch_add(&windows_open, 1);
+            gp_capture_window_opened();
         }
     }
     pthread_mutex_unlock(&c->lock);
@@ -203,7 +197,7 @@ GP_API int gp_graph_pool_end(gp_pool *pool, uint64_t id)
     }
     atomic_store(&c->window->state->graph_window, false);
     c->window = NULL;
-    atomic_fetch_sub(&windows_open, 1);
+    gp_capture_window_closed();
     struct deferred *d = c->deferred;
     size_t n = c->deferred_count;
     c->deferred = NULL;
@@ -317,7 +311,7 @@ void gp_capture_destroy(gp_pool_state *p, gp_leak_report *leaks)
         return;
     if (c->window != NULL) {
         atomic_store(&c->window->state->graph_window, false);
-        atomic_fetch_sub(&windows_open, 1);
+        gp_capture_window_closed();
     }
     while (c->count > 0)
         destroy_graph_pool(c, c->count - 1, leaks);

@@ -17,8 +17,9 @@
  */
 #include <stdlib.h>
 
-#include "error.h"
-#include "pool_state.h"
+#include "api/api.h"
+#include "base/error.h"
+#include "provider/event_pool.h"
 
 static gp_stream_state **uses_of(gp_block *b)
 {

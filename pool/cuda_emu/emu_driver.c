@@ -15,7 +15,7 @@
 #ifndef GPUPOOL_CUDA_EMULATION
 #error "pool/cuda_emu/ is the CUDA emulation for tests: it must never be compiled into libgpupool"
 #endif
-#include "emu_internal.h"
+#include "cuda_emu/emu_internal.h"
 
 #include <cuda.h>
 #include <cudaTypedefs.h>

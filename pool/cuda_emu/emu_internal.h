@@ -13,9 +13,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "backend.h"
-#include "config.h"
-#include "cuda_emu.h"
+#include "backend/backend.h"
+#include "base/config.h"
+#include "cuda_emu/cuda_emu.h"
 
 #define GPEMU_MAX_DEVICES 8
 #define GPEMU_TEXT_MAX 768

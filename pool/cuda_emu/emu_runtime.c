@@ -14,15 +14,15 @@
 #error "pool/cuda_emu/ is the CUDA emulation for tests: it must never be compiled into libgpupool"
 #endif
 #define _DEFAULT_SOURCE
-#include "emu_internal.h"
+#include "cuda_emu/emu_internal.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "error.h"
-#include "sim_internal.h"
+#include "base/error.h"
+#include "sim/sim_internal.h"
 
 emu_state g_emu = {.lock = PTHREAD_MUTEX_INITIALIZER};
 static _Thread_local emu_thread tls;
@@ -174,7 +174,7 @@ int gpemu_init(int devices, size_t device_memory)
             gpemu_unlock();
             return rc;
         }
-        dev->sim = gp_backend_sim_instance(dev->ctx);
+        dev->sim = sim_ops()->instance(dev->ctx);
         gp_sim_retain(dev->sim); /* kept past close, for the report */
     }
     g_emu.device_count = devices;

@@ -30,7 +30,7 @@
 #include "gpupool_sim.h"
 
 #if defined(GPUPOOL_CUDA_EMULATION)
-#include "cuda_emu.h"
+#include "cuda_emu/cuda_emu.h"
 #define CONF_EMU 1
 #define CONF_CUDA 1
 #elif defined(GPUPOOL_WITH_CUDA)

@@ -11,7 +11,7 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
-#include "cuda_emu.h"
+#include "cuda_emu/cuda_emu.h"
 #include "emu_test.h"
 
 #define MIB ((size_t)1 << 20)
