@@ -10,7 +10,8 @@
 #        the PyTorch hooks under install(), NULL versus OutOfMemoryError on the installed PyTorch,
 #        pause/resume with contents under PyTorch and the time of a trim of 8 GiB (backend vmm),
 #        three threads on three streams with record_stream checking contents, graph capture
-#        (torch.cuda.graph under install()), then the training and serving benchmarks against native
+#        (torch.cuda.graph under install()), torch.cuda stats and memory_viz under gpupool
+#        (torch_viz_check.py, issue 13), then the training and serving benchmarks against native
 #        PyTorch and native with expandable_segments:True (bench/gpu/torch_bench.py --quick).
 # The results table ($OUT/run_table.md, else bench/gpu/out/run_table.md) is rewritten after EVERY step, so
 # a run cut short still leaves what it measured. Everything printed also goes to run.log there.
@@ -167,6 +168,7 @@ if [ "$have_torch" = 1 ]; then
     step "pause/resume + trim 8 GiB" 60 "backend:vmm" "$PY" bench/gpu/torch_checks.py trim
     step "3 threads, 3 streams" 60 "backend:cuda" "$PY" bench/gpu/torch_checks.py threads
     step "graph capture" 60 "backend:cuda" torch_test test_graph_capture_allocates_from_a_private_pool_and_replays
+    step "torch.cuda stats + memory_viz" 60 "backend:cuda" "$PY" bench/gpu/torch_viz_check.py --out "$OUT_DIR"
     step "benchmarks vs native" 400 "" "$PY" bench/gpu/torch_bench.py --quick --no-traces --no-vmm --timeout 60 --out "$OUT_DIR"
 else
     record "PyTorch steps" "skipped" 0 "no PyTorch with CUDA for $PY"
