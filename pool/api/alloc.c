@@ -95,6 +95,12 @@ GP_API int gp_alloc(gp_pool *pool, void **out, size_t size, gp_stream stream)
         return gp_error_set(GP_ERR_INVALID, "gp_alloc: %zu bytes on stream %p is more than the device has (%s)",
                             size, stream, gp_format_size(p->device_total, total));
     }
+    gp_pool *graph = NULL;
+    rc = gp_capture_route(p, stream, "gp_alloc", &graph);
+    if (rc != GP_OK)
+        return rc;
+    if (graph != NULL) /* a capture inside a graph pool window: that graph's private pool serves it */
+        return gp_alloc(graph, out, size, stream);
     gp_stream_state *st;
     rc = gp_pool_current_state(p, stream, true, &st);
     if (rc != GP_OK)

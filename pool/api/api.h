@@ -54,6 +54,25 @@ int gp_tenant_find(gp_pool_state *p, const char *name, const char *fn, gp_tenant
 /* Fills out[0..capacity) for every tenant (pool lock and every stream lock held); returns the count. */
 int gp_tenant_snapshot_all(gp_pool_state *p, gp_tenant_stats *out, unsigned capacity);
 
+/* ---- capture.c ---- */
+/*
+ * Before serving `stream`: GP_OK with *route NULL when the pool serves it itself, GP_OK with *route set
+ * to the private pool of the graph being captured when the stream captures inside a
+ * gp_graph_pool_begin/end window, GP_ERR_INVALID (message naming `fn`) when it captures outside one:
+ * the pool then makes no device call for it.
+ */
+int gp_capture_route(gp_pool_state *p, gp_stream stream, const char *fn, gp_pool **route);
+/* After the pool found that it does not own ptr (gp_free, gp_record_stream): the graph pool that
+ * does, or NULL. */
+gp_pool *gp_capture_owner(gp_pool_state *p, void *ptr);
+/* A free of the pool's own block on a capturing stream: deferred to the window's end (the graph may
+ * still use it). GP_OK, or GP_ERR_INVALID with the message set. */
+int gp_capture_defer_free(gp_pool_state *p, void *ptr, gp_stream stream);
+/* Called after a free in graph pool `child`: destroys it when it was released and is now empty. */
+void gp_capture_after_free(gp_pool_state *p, gp_pool *child);
+/* Destroys the graph pools at gp_pool_destroy; adds their leaks to *leaks. */
+void gp_capture_destroy(gp_pool_state *p, gp_leak_report *leaks);
+
 /* ---- free.c ---- */
 /* Says why `addr` is not a live block of this pool: GP_ERR_NOT_OWNED, GP_ERR_INTERIOR or
  * GP_ERR_DOUBLE_FREE, with a message starting with `fn`. Pool lock held, no stream lock. */

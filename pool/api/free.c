@@ -160,7 +160,7 @@ static int free_from(gp_pool_state *p, gp_stream_state *owner, uintptr_t addr, g
     gp_block *b = take_live(p, owner, addr);
     if (b != NULL) {
         *requested = b->requested;
-        if (owner->handle == stream && b->use_count == 0) {
+        if ((owner->handle == stream && b->use_count == 0) || atomic_load_explicit(&p->graph_window, memory_order_relaxed)) {
             retire(p, owner, b);
             gp_block_to_heap(p, owner, b);
             rc = GP_OK;
@@ -210,6 +210,14 @@ GP_API int gp_free(gp_pool *pool, void *ptr, gp_stream stream)
     int rc = gp_pool_enter(pool, "gp_free", &p);
     if (rc != GP_OK || ptr == NULL)
         return rc;
+    gp_pool *graph = NULL;
+    rc = gp_capture_route(p, stream, "gp_free", &graph);
+    if (rc != GP_OK)
+        return rc;
+    if (graph != NULL) { /* freed during the capture: the graph's block, or one of ours the graph may use */
+        rc = gp_free(graph, ptr, stream);
+        return rc == GP_ERR_NOT_OWNED ? gp_capture_defer_free(p, ptr, stream) : rc;
+    }
     gp_stream_state *st = NULL;
     gp_pool_current_state(p, stream, false, &st);
     if (st == NULL && !gp_stream_seen(&p->streams, stream))
@@ -235,7 +243,7 @@ GP_API int gp_free(gp_pool *pool, void *ptr, gp_stream stream)
             st->frees_since_maintain = 0;
             maintain = true;
         }
-        if (b->use_count == 0) {
+        if (b->use_count == 0 || atomic_load_explicit(&p->graph_window, memory_order_relaxed)) {
             retire(p, st, b);
             if (!gp_thread_cache_lend(p, st, b))
                 gp_block_to_heap(p, st, b);
@@ -254,6 +262,15 @@ GP_API int gp_free(gp_pool *pool, void *ptr, gp_stream stream)
 slow:
     if (b == NULL)
         rc = free_slow(p, addr, stream, st, &requested);
+    if (rc == GP_ERR_NOT_OWNED && p->capture != NULL) { /* a block of one of this pool's graphs */
+        gp_pool *owner = gp_capture_owner(p, ptr);
+        if (owner != NULL) {
+            rc = gp_free(owner, ptr, stream);
+            if (rc == GP_OK)
+                gp_capture_after_free(p, owner);
+            return rc;
+        }
+    }
     if (rc == GP_OK && p->log != NULL)
         gp_trace_log_event(p->log, GP_TRACE_FREE, addr, requested, stream);
     return rc;
@@ -291,6 +308,12 @@ GP_API int gp_record_stream(gp_pool *pool, void *ptr, gp_stream stream)
         return rc;
     if (ptr == NULL)
         return gp_error_set(GP_ERR_INVALID, "gp_record_stream: ptr is NULL");
+    gp_pool *graph = NULL;
+    rc = gp_capture_route(p, stream, "gp_record_stream", &graph);
+    if (rc != GP_OK)
+        return rc;
+    if (graph != NULL || atomic_load(&p->graph_window))
+        return GP_OK; /* a use inside the capture: the graph orders it (see api/capture.c) */
     uintptr_t addr = (uintptr_t)ptr;
     gp_stream_state *owner = owner_of_live(p, addr);
     if (owner != NULL && owner->handle == stream)
@@ -318,6 +341,9 @@ GP_API int gp_record_stream(gp_pool *pool, void *ptr, gp_stream stream)
         if (b != NULL)
             return rc;
     }
+    gp_pool *graph_owner = p->capture != NULL ? gp_capture_owner(p, ptr) : NULL;
+    if (graph_owner != NULL)
+        return gp_record_stream(graph_owner, ptr, stream);
     pthread_mutex_lock(&p->lock);
     rc = gp_diagnose_pointer(p, addr, "gp_record_stream");
     pthread_mutex_unlock(&p->lock);

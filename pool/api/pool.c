@@ -128,6 +128,7 @@ GP_API int gp_pool_destroy(gp_pool *pool, gp_leak_report *report)
     gp_leak_report leaks = {0, 0};
     int failed = GP_OK;
     size_t not_returned = 0;
+    gp_capture_destroy(p, &leaks);
     gp_current_tenant_forget_pool(p->serial); /* this thread's frames of the pool (current.c) */
 
     gp_thread_cache_destroy_begin(); /* no thread exits into this pool while it goes */

@@ -4,6 +4,7 @@
  * once every event has completed, which is asked here (event_query: never waited for, except at
  * destroy). Owner locked throughout.
  */
+#include "provider/capture_window.h"
 #include "provider/pending.h"
 
 #include <assert.h>
@@ -19,7 +20,8 @@ static bool events_done(gp_pool_state *p, gp_block *b)
     for (unsigned i = 0; i < b->use_count; i++) {
         if (events[i] == NULL)
             continue;
-        if (p->ops->event_query(p->ctx, events[i]) != GP_OK) { /* not ready, or a failed query: retry later */
+        if (gp_capture_underway() || /* cudaEventQuery is illegal while a graph is captured */
+            p->ops->event_query(p->ctx, events[i]) != GP_OK) { /* not ready, or a failed query: retry later */
             done = false;
             continue;
         }
