@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "format.h"
 #include "replay.h"
+#include "replay_compare.h"
 #include "replay_models.h"
 #include "svg.h"
 #include "trace.h"
@@ -32,6 +33,8 @@ static const char replay_usage[] =
     "                        (as a training loop would); time per event is the median over passes\n"
     "  --json                print exactly one JSON object on stdout\n"
     "  --plot FILE.svg       draw live and reserved bytes over the replay(s) into FILE.svg\n"
+    "  --compare pytorch     also replay each trace under PyTorch's caching-allocator policy (default and\n"
+    "                        expandable segments) and print its peak reserved beside gpupool's\n"
     "  --model NAME=TRACE[:max=SIZE][:high=SIZE][:min=SIZE]\n"
     "                        replay several traces together, interleaved by their Time column, each as\n"
     "                        one tenant (model) with those limits on streams of its own; reports each\n"
@@ -145,7 +148,7 @@ static void print_json_trace(FILE *f, const gp_trace *t, const gp_replay_result 
     json_string(f, conf);
     fputs(",\"first_failure\":", f);
     json_string(f, r->first_failure);
-    fprintf(f, ",\"pool\":%s}", r->stats_json[0] ? r->stats_json : "null");
+    fprintf(f, ",\"pool\":%s", r->stats_json[0] ? r->stats_json : "null"); /* the caller closes it */
 }
 
 int gp_cmd_replay(int argc, char **argv)
@@ -153,6 +156,7 @@ int gp_cmd_replay(int argc, char **argv)
     const char *dm = GP_REPLAY_DEFAULT_DEVICE_MEMORY;
     const char *conf = "";
     const char *plot = NULL;
+    const char *compare = NULL;
     unsigned repeat = 1;
     int json = 0;
     int first_trace = argc;
@@ -179,9 +183,9 @@ int gp_cmd_replay(int argc, char **argv)
             first_trace = i;
             break;
         }
-        const char *names[] = {"--device-memory", "--conf", "--repeat", "--plot", "--model"};
+        const char *names[] = {"--device-memory", "--conf", "--repeat", "--plot", "--model", "--compare"};
         int which = -1;
-        for (int k = 0; k < 5; k++) {
+        for (int k = 0; k < 6; k++) {
             size_t n = strlen(names[k]);
             if (strncmp(a, names[k], n) == 0 && (a[n] == '\0' || a[n] == '=')) {
                 which = k;
@@ -215,6 +219,14 @@ int gp_cmd_replay(int argc, char **argv)
             repeat = (unsigned)n;
         } else if (which == 4) {
             model_specs[num_models++] = value;
+        } else if (which == 5) {
+            char err[256];
+            if (gp_compare_check(value, err, sizeof err) != 0) {
+                fprintf(stderr, "gpupool replay: %s\n", err);
+                free(model_specs);
+                return 2;
+            }
+            compare = value;
         } else {
             plot = value;
         }
@@ -292,6 +304,12 @@ int gp_cmd_replay(int argc, char **argv)
                 putchar('\n');
             print_text(&trace, res);
         }
+        if (compare != NULL && gp_compare_pytorch_print(stdout, &trace, res, json, err, sizeof err) != 0) {
+            fprintf(stderr, "gpupool replay: %s\n", err);
+            status = 1;
+        }
+        if (json)
+            fputc('}', stdout);
         if (plot) {
             /* a second, observed run (stats after every event), so that the timed run stays clean */
             plot_data *pd = &plots[ti];
