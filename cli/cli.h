@@ -8,5 +8,6 @@
  * (0 success, 1 failure, 2 usage error). */
 int gp_cmd_replay(int argc, char **argv);
 int gp_cmd_demo(int argc, char **argv);
+int gp_cmd_plan(int argc, char **argv);
 
 #endif /* GP_CLI_H */

@@ -15,6 +15,8 @@ static const char usage[] =
     "                 model and for the pool, and writes demo.svg. Needs no GPU and no files.\n"
     "  replay TRACE.. replays allocation traces (RMM CSV logs) on the simulated GPU and reports peak\n"
     "                 reserved over peak live, device calls and host time per event\n"
+    "  plan ...       how much device memory a model needs at a batch size or sequence length it was\n"
+    "                 not traced at, what that memory is made of, and which models fit on one GPU\n"
     "  help [config]  this text, or the pool's configuration keys (GPUPOOL_CONF / --conf)\n"
     "  version        the library version\n"
     "\n"
@@ -31,11 +33,15 @@ int main(int argc, char **argv)
         return gp_cmd_replay(argc - 1, argv + 1);
     if (strcmp(cmd, "demo") == 0)
         return gp_cmd_demo(argc - 1, argv + 1);
+    if (strcmp(cmd, "plan") == 0)
+        return gp_cmd_plan(argc - 1, argv + 1);
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
         if (argc > 2 && strcmp(argv[2], "config") == 0)
             fputs(gp_config_help(), stdout);
         else if (argc > 2 && strcmp(argv[2], "replay") == 0)
             return gp_cmd_replay(2, (char *[]){"replay", "--help", NULL});
+        else if (argc > 2 && strcmp(argv[2], "plan") == 0)
+            return gp_cmd_plan(2, (char *[]){"plan", "--help", NULL});
         else if (argc > 2 && strcmp(argv[2], "demo") == 0)
             return gp_cmd_demo(2, (char *[]){"demo", "--help", NULL});
         else
