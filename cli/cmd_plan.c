@@ -151,10 +151,16 @@ static int build_synth(const given *g, size_t n, size_t skip, double at, gp_synt
         /* name the trace by its --trace spec */
         char inner[900];
         snprintf(inner, sizeof inner, "%s", err);
+        const char *with = "does not align with ";
         for (size_t i = 0; i < n; i++)
             if (i != skip && strncmp(inner, g[i].path, strlen(g[i].path)) == 0 &&
                 inner[strlen(g[i].path)] == ' ') {
-                snprintf(err, errlen, "--trace %s: %s", g[i].spec, inner + strlen(g[i].path) + 1);
+                const char *rest = inner + strlen(g[i].path) + 1;
+                size_t tp = strlen(g[want].path), wl = strlen(with);
+                if (strncmp(rest, with, wl) == 0 && strncmp(rest + wl, g[want].path, tp) == 0)
+                    snprintf(err, errlen, "--trace %s: %s--trace %s%s", g[i].spec, with, g[want].spec, rest + wl + tp);
+                else
+                    snprintf(err, errlen, "--trace %s: %s", g[i].spec, rest);
                 return -1;
             }
         snprintf(err, errlen, "%s", inner);
