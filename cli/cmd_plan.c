@@ -20,6 +20,7 @@
 #include "cli.h"
 #include "config.h"
 #include "format.h"
+#include "json_text.h"
 #include "plan.h"
 
 /* How far from the traced scales a prediction is trusted: kernels choose their algorithms by size, and
@@ -30,7 +31,7 @@
 
 static const char plan_usage[] =
     "usage: gpupool plan [--json] --trace SCALE=TRACE [--trace SCALE=TRACE ...] [--at SCALE]\n"
-    "                    [--gpu-memory SIZE] [--leave-one-out] [--svg FILE.svg]\n"
+    "                    [--gpu-memory SIZE] [--leave-one-out] [--svg FILE.svg] [--laws FILE.csv]\n"
     "       gpupool plan [--json] --gpu-memory SIZE [--margin PCT] --model NAME=TRACE [--model ...]\n"
     "       gpupool plan [--json] --params N [--dtype D] [--optimizer O] [--training|--inference] ...\n"
     "                    (`gpupool plan --describe-help` lists the description's options)\n"
@@ -46,6 +47,7 @@ static const char plan_usage[] =
     "  --gpu-memory SIZE     also the largest scale whose peak reserved fits SIZE (with a unit: 80GiB)\n"
     "  --leave-one-out       predict each given trace from the others and print the errors\n"
     "  --svg FILE.svg        draw what the memory is made of at each scale as stacked bars\n"
+    "  --laws FILE.csv       write each allocation's size law (slot, law, coefficients, sizes)\n"
     "  --json                one JSON object on stdout\n"
     "With one trace and no --at: what its peak is made of (parameters and buffers, state from the first\n"
     "step on, per-step activations and gradients, temporaries).\n"
@@ -60,21 +62,6 @@ typedef struct given {
     gp_trace trace;
     int loaded;
 } given;
-
-static void json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
 
 static const char *base_name(const char *path)
 {
@@ -95,7 +82,6 @@ static int parse_scale(const char *text, double *out)
     return 1;
 }
 
-/* A size that must carry its unit: "80GiB", "512MiB", "1048576B"; a bare number is refused. */
 int gp_plan_parse_size_with_unit(const char *option, const char *text, uint64_t *out, char *err, size_t errlen)
 {
     size_t n = strlen(text);
@@ -221,7 +207,7 @@ static int leave_one_out(const given *g, size_t n, int json, double *worst)
                 len += (size_t)snprintf(from + len, sizeof from - len, "%s%.0f", len ? "," : "", g[j].scale);
         if (json) {
             printf("%s{\"scale\":%.0f,\"path\":", i ? "," : "", g[i].scale);
-            json_string(stdout, g[i].path);
+            gp_json_string(stdout, g[i].path);
             printf(",\"unmatched_events\":%zu,\"predicted\":", synth.unmatched_events);
             json_prediction(&p);
             printf(",\"measured\":");
@@ -250,8 +236,32 @@ static int leave_one_out(const given *g, size_t n, int json, double *worst)
     return 0;
 }
 
+/* --laws: one line per template allocation. */
+static int write_laws(const char *path, const gp_synth *synth, int have_at, double at, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "w");
+    if (f == NULL) {
+        snprintf(err, errlen, "--laws %s: cannot write it", path);
+        return -1;
+    }
+    fprintf(f, "slot,law,power,c0,c1,c2,size_at_%.0f%s\n", synth->templ_scale, have_at ? ",size_at_at" : "");
+    for (size_t i = 0; i < synth->num_models; i++) {
+        const gp_size_model *m = &synth->models[i];
+        fprintf(f, "%zu,%s,%u,%.6g,%.6g,%.6g,%llu", i, gp_size_law_name(m->law), m->power, m->c0, m->c1, m->c2,
+                (unsigned long long)synth->templ->slot_size[i]);
+        if (have_at)
+            fprintf(f, ",%llu", (unsigned long long)gp_size_model_eval(m, at));
+        fputc('\n', f);
+    }
+    if (fclose(f) != 0) {
+        snprintf(err, errlen, "--laws %s: write failed", path);
+        return -1;
+    }
+    return 0;
+}
+
 static int plan_traces(given *g, size_t n, int have_at, double at, uint64_t gpu_memory, int loo,
-                       const char *svg, int json)
+                       const char *svg, const char *laws, int json)
 {
     char err[1024];
     double lo = g[0].scale, hi = g[0].scale;
@@ -300,6 +310,11 @@ static int plan_traces(given *g, size_t n, int have_at, double at, uint64_t gpu_
             return 2;
         }
         have_synth = 1;
+        if (laws != NULL && write_laws(laws, &synth, have_at, at, err, sizeof err) != 0) {
+            fprintf(stderr, "gpupool plan: %s\n", err);
+            gp_synth_free(&synth);
+            return 1;
+        }
     }
     int status = 0;
     gp_plan_prediction pred = {0};
@@ -332,7 +347,7 @@ static int plan_traces(given *g, size_t n, int have_at, double at, uint64_t gpu_
         printf("{\"traces\":[");
         for (size_t i = 0; i < n; i++) {
             printf("%s{\"scale\":%.0f,\"path\":", i ? "," : "", g[i].scale);
-            json_string(stdout, g[i].path);
+            gp_json_string(stdout, g[i].path);
             printf(",\"allocations\":%zu,\"peak_live_bytes\":%llu,\"unmatched\":%zu,\"composition\":{", g[i].trace.num_allocs,
                    (unsigned long long)g[i].trace.peak_live_bytes, have_synth ? synth.unmatched_of[i] : 0);
             static const char *const keys[GP_PARTS] = {"resident_before_first_step", "resident_from_first_step",
@@ -466,7 +481,7 @@ int gp_cmd_plan(int argc, char **argv)
     int json = 0, loo = 0, have_at = 0, describe = 0;
     double at = 0, margin = 0.10;
     uint64_t gpu_memory = 0;
-    const char *svg = NULL;
+    const char *svg = NULL, *laws = NULL;
     char err[1024];
     int status = 0;
     /* a description (--params) has options of its own: plan_estimate.c reads them all */
@@ -490,10 +505,11 @@ int gp_cmd_plan(int argc, char **argv)
             loo = 1;
             continue;
         }
-        static const char *const names[] = {"--trace", "--at", "--gpu-memory", "--svg", "--model", "--margin"};
+        static const char *const names[] = {"--trace", "--at", "--gpu-memory", "--svg", "--model", "--margin",
+                                            "--laws"};
         int which = -1;
         const char *value = NULL;
-        for (int k = 0; k < 6; k++) {
+        for (int k = 0; k < 7; k++) {
             size_t len = strlen(names[k]);
             if (strncmp(a, names[k], len) == 0 && (a[len] == '\0' || a[len] == '=')) {
                 which = k;
@@ -551,6 +567,8 @@ int gp_cmd_plan(int argc, char **argv)
             }
         } else if (which == 3) {
             svg = value;
+        } else if (which == 6) {
+            laws = value;
         } else if (which == 4) {
             if (num_models == MAX_TRACES) {
                 fprintf(stderr, "gpupool plan: --model %s: at most %d models\n", value, MAX_TRACES);
@@ -598,7 +616,7 @@ int gp_cmd_plan(int argc, char **argv)
         }
     }
     if (status == 0)
-        status = plan_traces(g, n, have_at, at, gpu_memory, loo, svg, json);
+        status = plan_traces(g, n, have_at, at, gpu_memory, loo, svg, laws, json);
     for (size_t i = 0; i < n; i++)
         if (g[i].loaded)
             gp_trace_free(&g[i].trace);

@@ -67,13 +67,16 @@ enum gp_size_law {
     GP_LAW_CONSTANT = 0, /* the same size at every scale (parameters, optimizer state, fixed buffers) */
     GP_LAW_POWER,        /* c * scale^k, k = 1 or 2 (activations; attention scores for a sequence length) */
     GP_LAW_LINEAR,       /* a + b * scale */
-    GP_LAW_QUADRATIC,    /* a + b * scale + c * scale^2 (three or more scales) */
+    GP_LAW_QUADRATIC,    /* a + b * scale + c * scale^2 (three or more scales), c > 0 */
+    GP_LAW_SATURATING,   /* growing ever slower (c < 0: a workspace reaching its cap): the quadratic
+                            between the traced scales, held at the nearest one outside them */
     GP_LAW_UNMATCHED,    /* seen in the template only: kept at its size */
     GP_LAW_COUNT
 };
 
 typedef struct gp_size_model {
     double c0, c1, c2;   /* CONSTANT: c0; POWER: c0 * s^power; LINEAR: c0 + c1 s; QUADRATIC: + c2 s^2 */
+    double lo, hi;       /* SATURATING: the traced scales it holds between */
     uint8_t law;
     uint8_t power;
 } gp_size_model;
@@ -157,6 +160,12 @@ const char *gp_part_name(int part);
 /* One stacked bar per column: labels[i] under it, parts[i][GP_PARTS] bytes. */
 int gp_plan_svg(const char *path, const char *title, const char *const *labels,
                 const uint64_t (*parts)[GP_PARTS], size_t columns, char *err, size_t errlen);
+
+/* ---- cmd_plan.c ------------------------------------------------------------------------------- */
+
+/* A size that must carry its unit ("80GiB", "512MiB", "4096B"): a bare number is refused, naming
+ * `option`. 0, or -1 with a message in err. */
+int gp_plan_parse_size_with_unit(const char *option, const char *text, uint64_t *out, char *err, size_t errlen);
 
 /* ---- plan_estimate.c --------------------------------------------------------------------------- */
 

@@ -26,9 +26,9 @@
  * shortest one may pair a 25 MiB buffer with a 100 MiB one two places on (compatible: 4 times at twice
  * the scale) where the true pairing is 25 with 25 and 100 with 100, one place on. So the pairs come from
  * a weighted longest common subsequence over the band of diagonals Myers' D allows (2D + 64 around the
- * corner-to-corner diagonals): a pair of equal sizes scores 6, one following an exact power of the scale
- * ratio (x r or x r^2, within 512 B) 5, any other compatible pair 2; the alignment with the largest
- * total is taken, so one equal pair outweighs two merely compatible ones. O(N W) time and N W bytes of
+ * corner-to-corner diagonals): a pair of equal sizes scores 6, one growing exactly as the scale ratio r
+ * (within 512 B) 5, as r^2 4, any other compatible pair 2 (the simpler the law, the likelier the pair);
+ * the alignment with the largest total is taken, so one equal pair outweighs two merely compatible ones. O(N W) time and N W bytes of
  * traceback for a band W wide; when that passes GP_ALIGN_MAX_CELLS the shortest alignment's own pairs
  * are used instead.
  */
@@ -75,8 +75,10 @@ static int pair_score(const sequences *s, size_t x, size_t y)
         return 6;
     double small = (double)(s->b_is_larger_scale ? sa : sb), large = (double)(s->b_is_larger_scale ? sb : sa);
     double r = sqrt(s->growth);
-    if (fabs(small * r - large) <= SIZE_SLACK || fabs(small * s->growth - large) <= SIZE_SLACK)
+    if (fabs(small * r - large) <= SIZE_SLACK)
         return 5;
+    if (fabs(small * s->growth - large) <= SIZE_SLACK)
+        return 4;
     return 2;
 }
 

@@ -25,9 +25,8 @@
 
 #include "config.h"
 #include "format.h"
+#include "json_text.h"
 #include "plan.h"
-
-int gp_plan_parse_size_with_unit(const char *option, const char *text, uint64_t *out, char *err, size_t errlen);
 
 static const char estimate_usage[] =
     "usage: gpupool plan [--json] --params N [--dtype fp32|fp16|bf16|int8] [--training|--inference]\n"
@@ -264,9 +263,13 @@ int gp_plan_estimate_main(int argc, char **argv)
                P, d.dtype, d.training ? "true" : "false", d.mixed ? "true" : "false", d.optimizer, d.batch, weights,
                grads, optimizer, activations, total, rule_inference_bf16, rule_mixed_adam, rule_accelerate);
         if (have_trace)
-            printf(",\"trace\":{\"path\":\"%s\",\"resident_before_first_step\":%.0f,\"resident_from_first_step\":%.0f,"
+        {
+            printf(",\"trace\":{\"path\":");
+            gp_json_string(stdout, d.trace);
+            printf(",\"resident_before_first_step\":%.0f,\"resident_from_first_step\":%.0f,"
                    "\"per_step_and_temporaries\":%.0f,\"peak_live_bytes\":%llu}",
-                   d.trace, t_weights, t_state, t_step, (unsigned long long)comp.peak_live_bytes);
+                   t_weights, t_state, t_step, (unsigned long long)comp.peak_live_bytes);
+        }
         printf("}\n");
         return 0;
     }

@@ -11,11 +11,14 @@
  *
  * Which model does not fit: the models are added in the order given; the first whose addition takes the
  * replayed total over the GPU does not fit, by what the total then exceeds it by.
- * Budgets suggested (the tenant feature, gpupool.h): min = the model's peak live bytes (below that it
- * cannot run its peak; as a guarantee, others may not take it), max = its peak held bytes with the
- * margin on top (room for the rounding and fragmentation it showed, plus the margin). Then the models
- * are replayed once more with those budgets on a device of exactly --gpu-memory, and the refusals are
- * reported: the budgets are checked, not only computed.
+ * Budgets suggested (the tenant feature, gpupool.h): max = the model's peak held bytes with the margin
+ * on top (room for the rounding and fragmentation it showed, plus the margin); min = its peak live bytes
+ * (below that it cannot run its peak; as a guarantee, others may not take it), scaled down by one factor
+ * for all models where needed so that every model can still reach its peak held while all the others
+ * hold their mins: held_i + sum over j != i of min_j <= GPU (a min the others' peaks cannot leave room
+ * for would have them refused). Then the models are replayed once more with those budgets on a device of
+ * exactly --gpu-memory, and refusals and failures are reported: the budgets are checked, not only
+ * computed.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +27,7 @@
 #include "format.h"
 #include "gpupool.h"
 #include "gpupool_sim.h"
+#include "json_text.h"
 #include "plan.h"
 #include "pytorch_policy.h"
 #include "trace.h"
@@ -244,8 +248,19 @@ int gp_plan_models(const char **specs, int count, uint64_t gpu_memory, double ma
     }
     together = prefix[count - 1]; /* the last replay was of all of them: held peaks are the full run's */
     uint64_t sum_min = 0, sum_max = 0;
+    double min_factor = 1.0;
     for (int i = 0; i < count; i++) {
-        limits[i].min = round_up_mib((double)models[i].trace.peak_live_bytes);
+        double others = (double)sum_live - (double)models[i].trace.peak_live_bytes;
+        double room = (double)gpu_memory - (double)models[i].held_peak;
+        if (others > 0) {
+            double f = room > 0 ? room / others : 0.0;
+            min_factor = f < min_factor ? f : min_factor;
+        }
+    }
+    for (int i = 0; i < count; i++) {
+        /* mins rounded down to 2 MiB so that the condition above still holds */
+        uint64_t mn = (uint64_t)((double)models[i].trace.peak_live_bytes * min_factor);
+        limits[i].min = mn / (2 * MIB) * (2 * MIB);
         limits[i].max = round_up_mib((double)models[i].held_peak * (1.0 + margin));
         if (limits[i].max < limits[i].min)
             limits[i].max = limits[i].min;
@@ -278,13 +293,18 @@ int gp_plan_models(const char **specs, int count, uint64_t gpu_memory, double ma
     char a[GP_SIZE_TEXT_MAX], b[GP_SIZE_TEXT_MAX], c[GP_SIZE_TEXT_MAX], d[GP_SIZE_TEXT_MAX], e[GP_SIZE_TEXT_MAX],
         f2[GP_SIZE_TEXT_MAX];
     if (json) {
-        printf("{\"gpu_memory\":%llu,\"margin\":%.4f,\"models\":[", (unsigned long long)gpu_memory, margin);
+        printf("{\"gpu_memory\":%llu,\"margin\":%.4f,\"min_factor\":%.4f,\"models\":[", (unsigned long long)gpu_memory,
+               margin, min_factor);
         for (int i = 0; i < count; i++) {
             const model *m = &models[i];
-            printf("%s{\"name\":\"%s\",\"trace\":\"%s\",\"peak_live_bytes\":%llu,\"peak_held_bytes\":%llu,"
+            printf("%s{\"name\":", i ? "," : "");
+            gp_json_string(stdout, m->name);
+            printf(",\"trace\":");
+            gp_json_string(stdout, m->path);
+            printf(",\"peak_live_bytes\":%llu,\"peak_held_bytes\":%llu,"
                    "\"alone_peak_reserved_bytes\":%llu,\"pytorch_peak_reserved_bytes\":%llu,\"suggested_max\":%llu,"
                    "\"suggested_min\":%llu,\"refusals_with_budgets\":%llu,\"failed_with_budgets\":%llu,\"fits\":%s}",
-                   i ? "," : "", m->name, m->path, (unsigned long long)m->trace.peak_live_bytes,
+                   (unsigned long long)m->trace.peak_live_bytes,
                    (unsigned long long)m->held_peak, (unsigned long long)m->alone_reserved,
                    (unsigned long long)m->pytorch_reserved, (unsigned long long)limits[i].max,
                    (unsigned long long)limits[i].min, (unsigned long long)m->refusals, (unsigned long long)m->failed,
@@ -295,16 +315,20 @@ int gp_plan_models(const char **specs, int count, uint64_t gpu_memory, double ma
                (unsigned long long)together, (unsigned long long)pytorch_sum, (unsigned long long)sum_live,
                (unsigned long long)sum_min, (unsigned long long)sum_max);
         if (first_over >= 0)
-            printf("\"does_not_fit\":{\"model\":\"%s\",\"over_by_bytes\":%llu},", models[first_over].name,
-                   (unsigned long long)(prefix[first_over] - gpu_memory));
+        {
+            printf("\"does_not_fit\":{\"model\":");
+            gp_json_string(stdout, models[first_over].name);
+            printf(",\"over_by_bytes\":%llu},", (unsigned long long)(prefix[first_over] - gpu_memory));
+        }
         else
             printf("\"does_not_fit\":null,");
         if (first_over_pytorch >= 0) {
             uint64_t s = 0;
             for (int i = 0; i <= first_over_pytorch; i++)
                 s += models[i].pytorch_reserved;
-            printf("\"pytorch_does_not_fit\":{\"model\":\"%s\",\"over_by_bytes\":%llu},", models[first_over_pytorch].name,
-                   (unsigned long long)(s - gpu_memory));
+            printf("\"pytorch_does_not_fit\":{\"model\":");
+            gp_json_string(stdout, models[first_over_pytorch].name);
+            printf(",\"over_by_bytes\":%llu},", (unsigned long long)(s - gpu_memory));
         } else {
             printf("\"pytorch_does_not_fit\":null,");
         }
@@ -323,8 +347,10 @@ int gp_plan_models(const char **specs, int count, uint64_t gpu_memory, double ma
         }
         printf("together on one pool: gpupool %s, PyTorch %s (one caching allocator per model), on a %s GPU\n",
                gp_format_size(together, a), gp_format_size(pytorch_sum, b), gp_format_size(gpu_memory, c));
-        printf("budgets: max = held peak + %.0f%%, min = peak live; sums: max %s, min %s\n", 100 * margin,
-               gp_format_size(sum_max, a), gp_format_size(sum_min, b));
+        printf("budgets: max = held peak + %.0f%%, min = peak live", 100 * margin);
+        if (min_factor < 1.0)
+            printf(" x %.2f (so that each model can reach its peak while the others hold their mins)", min_factor);
+        printf("; sums: max %s, min %s\n", gp_format_size(sum_max, a), gp_format_size(sum_min, b));
         if (first_over >= 0)
             printf("does not fit under gpupool: %s (with the models before it the pool needs %s, %s over)\n",
                    models[first_over].name, gp_format_size(prefix[first_over], a),
@@ -344,6 +370,9 @@ int gp_plan_models(const char **specs, int count, uint64_t gpu_memory, double ma
             printf("check: replayed with these budgets on the %s GPU: peak reserved %s, %llu refused, %llu failed\n",
                    gp_format_size(gpu_memory, a), gp_format_size(checked_reserved, b), (unsigned long long)refusals,
                    (unsigned long long)failures);
+        if (checked && refusals + failures > 0)
+            printf("the budgets do not hold on this GPU as replayed: raise the GPU, lower --margin, or leave a "
+                   "model out\n");
         else
             printf("check: not run, the mins alone (%s) exceed the GPU\n", gp_format_size(sum_min, a));
     }

@@ -11,7 +11,10 @@
  *                   attention scores): a tensor's size is a product of dimensions, and the scale is one
  *                   or two of them;
  *   a + b s         anything else growing with the scale (workspaces a kernel sizes for itself);
- *   a + b s + c s^2 with three or more scales, when the straight line misses one of them.
+ *   a + b s + c s^2 with three or more scales, when the straight line misses one of them; when c < 0
+ *                   the size grows ever slower (a workspace reaching the cap its kernel sets), which no
+ *                   tensor shape does: between the traced scales the curve is used, outside them the
+ *                   size at the nearest traced scale is kept (the cap is taken as reached).
  * An allocation matched in no other trace keeps the size it has in the template. The synthesised trace
  * is the template's events with each size taken from its law at the scale asked: "the allocation
  * sequence is the same; sizes that grow with the scale grow".
@@ -29,7 +32,7 @@
 const char *gp_size_law_name(int law)
 {
     static const char *const names[GP_LAW_COUNT] = {"constant", "proportional", "linear", "quadratic",
-                                                    "unmatched"};
+                                                    "saturating", "unmatched"};
     return law >= 0 && law < GP_LAW_COUNT ? names[law] : "?";
 }
 
@@ -41,6 +44,9 @@ static double model_value(const gp_size_model *m, double s)
     case GP_LAW_LINEAR:
         return m->c0 + m->c1 * s;
     case GP_LAW_QUADRATIC:
+        return m->c0 + m->c1 * s + m->c2 * s * s;
+    case GP_LAW_SATURATING:
+        s = s < m->lo ? m->lo : s > m->hi ? m->hi : s;
         return m->c0 + m->c1 * s + m->c2 * s * s;
     default:
         return m->c0;
@@ -90,8 +96,18 @@ static gp_size_model fit_law(const double *x, const double *y, size_t n)
         gp_size_model l = {.c0 = fit.fixed, .c1 = fit.linear, .law = GP_LAW_LINEAR};
         if (n == 2 || reproduces(&l, x, y, n))
             return l;
-        if (gp_fit_scale(x, y, n, 3, &fit, err, sizeof err) == 0)
-            return (gp_size_model){.c0 = fit.fixed, .c1 = fit.linear, .c2 = fit.quadratic, .law = GP_LAW_QUADRATIC};
+        if (gp_fit_scale(x, y, n, 3, &fit, err, sizeof err) == 0) {
+            gp_size_model q = {.c0 = fit.fixed, .c1 = fit.linear, .c2 = fit.quadratic, .law = GP_LAW_QUADRATIC};
+            if (q.c2 < 0) {
+                q.law = GP_LAW_SATURATING;
+                q.lo = q.hi = x[0];
+                for (size_t i = 1; i < n; i++) {
+                    q.lo = x[i] < q.lo ? x[i] : q.lo;
+                    q.hi = x[i] > q.hi ? x[i] : q.hi;
+                }
+            }
+            return q;
+        }
         return l;
     }
     return (gp_size_model){.c0 = y[0], .law = GP_LAW_UNMATCHED};

@@ -36,6 +36,6 @@ def main(gpupool, shared):
 
 if __name__ == '__main__':
     if len(sys.argv) != 3:
-        print(__doc__.strip().splitlines()[-1], file=sys.stderr)
+        print(next(l for l in __doc__.splitlines() if l.startswith('Usage')), file=sys.stderr)
         sys.exit(2)
     sys.exit(main(sys.argv[1], sys.argv[2]))

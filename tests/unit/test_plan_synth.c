@@ -119,3 +119,30 @@ Test(plan_synth, a_law_below_zero_keeps_the_template_size)
     gp_trace_free(&a);
     gp_trace_free(&b);
 }
+
+Test(plan_synth, a_size_growing_ever_slower_is_held_outside_the_traced_scales)
+{
+    /* a workspace 200832 B at scale 8, 332032 at 16 and at 32 (its cap): no tensor law; between 8 and 32
+     * the curve through the three, outside them the size at the nearest traced scale */
+    unsigned long long ws[] = {200832, 332032, 332032};
+    double scales[] = {8, 16, 32};
+    gp_trace tr[3];
+    for (int i = 0; i < 3; i++) {
+        trace_text t = {0};
+        for (int k = 0; k < 16; k++)
+            tt_alloc(&t, 0x10 + (unsigned long)k, 64);
+        tt_alloc(&t, 1, ws[i]);
+        tt_parse(&t, "ws.csv", &tr[i]);
+    }
+    const gp_trace *traces[] = {&tr[0], &tr[1], &tr[2]};
+    gp_synth s;
+    char err[512];
+    cr_assert_eq(gp_synth_build(&s, traces, scales, 3, 2, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(s.models[16].law, GP_LAW_SATURATING);
+    cr_assert_eq(gp_size_model_eval(&s.models[16], 64), 332032);
+    cr_assert_eq(gp_size_model_eval(&s.models[16], 4), 200832);
+    cr_assert_eq(gp_size_model_eval(&s.models[16], 16), 332032);
+    gp_synth_free(&s);
+    for (int i = 0; i < 3; i++)
+        gp_trace_free(&tr[i]);
+}
