@@ -260,6 +260,23 @@ static int write_laws(const char *path, const gp_synth *synth, int have_at, doub
     return 0;
 }
 
+static const char *const keys[GP_PARTS] = {"resident_before_first_step", "resident_from_first_step", "per_step",
+                                           "temporaries"};
+
+/* How one part of the composition scales: fixed + linear over the given traces (n >= 2). */
+static int part_fit(const given *g, const gp_composition *comp, size_t n, int part, gp_scale_fit *fit)
+{
+    double x[MAX_TRACES], y[MAX_TRACES];
+    char err[128];
+    if (n < 2)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        x[i] = g[i].scale;
+        y[i] = (double)comp[i].part_bytes[part];
+    }
+    return gp_fit_scale(x, y, n, 2, fit, err, sizeof err) == 0;
+}
+
 static int plan_traces(given *g, size_t n, int have_at, double at, uint64_t gpu_memory, int loo,
                        const char *svg, const char *laws, int json)
 {
@@ -350,13 +367,27 @@ static int plan_traces(given *g, size_t n, int have_at, double at, uint64_t gpu_
             gp_json_string(stdout, g[i].path);
             printf(",\"allocations\":%zu,\"peak_live_bytes\":%llu,\"unmatched\":%zu,\"composition\":{", g[i].trace.num_allocs,
                    (unsigned long long)g[i].trace.peak_live_bytes, have_synth ? synth.unmatched_of[i] : 0);
-            static const char *const keys[GP_PARTS] = {"resident_before_first_step", "resident_from_first_step",
-                                                       "per_step", "temporaries"};
             for (int p = 0; p < GP_PARTS; p++)
                 printf("%s\"%s\":%llu", p ? "," : "", keys[p], (unsigned long long)comp[i].part_bytes[p]);
             printf("}}");
         }
         printf("]");
+        if (n >= 2) {
+            printf(",\"composition_fit\":{");
+            for (int p = 0; p < GP_PARTS; p++) {
+                gp_scale_fit pf = {0};
+                part_fit(g, comp, n, p, &pf);
+                printf("%s\"%s\":{\"fixed_bytes\":%.0f,\"bytes_per_unit\":%.1f}", p ? "," : "", keys[p], pf.fixed,
+                       pf.linear);
+            }
+            printf("}");
+        }
+        if (have_at) {
+            printf(",\"predicted_composition\":{");
+            for (int p = 0; p < GP_PARTS; p++)
+                printf("%s\"%s\":%llu", p ? "," : "", keys[p], (unsigned long long)comp[n].part_bytes[p]);
+            printf("}");
+        }
         if (have_synth) {
             printf(",\"alignment\":{\"template_scale\":%.0f,\"unmatched_events\":%zu,\"laws\":{", synth.templ_scale,
                    synth.unmatched_events);
@@ -430,12 +461,18 @@ static int plan_traces(given *g, size_t n, int have_at, double at, uint64_t gpu_
             printf(" %10.0f%s", g[i].scale, "  ");
         if (have_at)
             printf(" %10.0f* ", at);
-        printf("\n");
+        printf("%s\n", n >= 2 ? "   how it scales (fixed + per unit of scale)" : "");
         for (int p = 0; p < GP_PARTS; p++) {
             printf("%-36s", gp_part_name(p));
             for (size_t i = 0; i < n + (size_t)have_at; i++) {
                 char a[GP_SIZE_TEXT_MAX];
                 printf(" %12s", gp_format_size(comp[i].part_bytes[p], a));
+            }
+            gp_scale_fit pf;
+            if (part_fit(g, comp, n, p, &pf)) {
+                char a[GP_SIZE_TEXT_MAX], b[GP_SIZE_TEXT_MAX];
+                printf("   %s + %s", gp_format_size(pf.fixed > 0 ? (size_t)pf.fixed : 0, a),
+                       gp_format_size(pf.linear > 0 ? (size_t)pf.linear : 0, b));
             }
             printf("\n");
         }
