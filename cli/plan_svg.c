@@ -47,8 +47,8 @@ int gp_plan_svg(const char *path, const char *title, const char *const *labels,
             sum += (double)parts[c][p];
         top = sum > top ? sum : top;
     }
-    /* a round step: 1, 2 or 5 times a power of two's worth of MiB/GiB is overkill; a power of ten of bytes */
-    double step = pow(10, floor(log10(top / 5)));
+    /* a power of two of bytes per grid line (labels such as 128 MiB, 1 GiB), at most 8 of them */
+    double step = pow(2, floor(log2(top / 5)));
     while (top / step > 8)
         step *= 2;
     double ymax = ceil(top / step) * step;
@@ -76,6 +76,12 @@ int gp_plan_svg(const char *path, const char *title, const char *const *labels,
                     x, y, w, h, colors[p], gp_part_name(p), gp_format_size(parts[c][p], a));
             base += h;
         }
+        char total[GP_SIZE_TEXT_MAX];
+        uint64_t sum = 0;
+        for (int p = 0; p < GP_PARTS; p++)
+            sum += parts[c][p];
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n", x + w / 2,
+                TOP + plot_h - base - 6, gp_format_size(sum, total));
         fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">", x + w / 2, TOP + plot_h + 18);
         put_escaped(f, labels[c]);
         fputs("</text>\n", f);
