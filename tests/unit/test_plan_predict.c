@@ -8,8 +8,8 @@
 #include "plan.h"
 #include "plan_traces.h"
 
-/* One "model" at scale s: 12 weights of 3 MiB (constant); per layer an activation (256 KiB s) and attention-like
- * scores (1 KiB s^2), freed in reverse at the end of the step. */
+/* One "model" at scale s: 12 weights of 3 MiB (constant); per layer an activation (256 KiB s) and
+ * attention-like scores (1 KiB s^2), freed in reverse at the end of the step. */
 static void model_trace(gp_trace *out, unsigned s)
 {
     trace_text t = {0};
