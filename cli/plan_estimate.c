@@ -289,6 +289,24 @@ int gp_plan_estimate_main(int argc, char **argv)
         row("activations", activations, 0, 0);
     }
     row("peak live", total, (double)comp.peak_live_bytes, have_trace);
+    if (have_trace) {
+        /* where the description and the trace differ by more than a tenth, and the likely reason */
+        double rel_w = t_weights > 0 ? weights / t_weights - 1 : 0, rel_s = t_state > 0 ? (grads + optimizer) / t_state - 1 : 0;
+        double rel_a = t_step > 0 ? activations / t_step - 1 : 0;
+        if (fabs(rel_w) > 0.1)
+            printf("  weights differ by %+.0f%%: check --params and --dtype (or the trace's buffers, or a first step "
+                   "found early: plan_compose's limits)\n", 100 * rel_w);
+        if (fabs(rel_s) > 0.1)
+            printf("  gradients + state differ by %+.0f%%: %s\n", 100 * rel_s,
+                   rel_s > 0 ? "the trace frees its gradients between steps (they are in its per-step part), or its "
+                               "optimizer keeps less state"
+                             : "the trace keeps more between steps (gradients, caches, a second copy of the weights)");
+        if (fabs(rel_a) > 0.1)
+            printf("  activations differ by %+.0f%%: %s\n", 100 * rel_a,
+                   rel_a < 0 ? "the trace's per-step part holds gradients and kernel workspaces too, and the "
+                               "framework's own intermediates (the description counts what one layer keeps)"
+                             : "the trace recomputes or frees activations earlier than the description assumes");
+    }
     if (!d.per_sample && !transformer)
         printf("  (no activations described: give --activation-bytes-per-sample or a transformer's shape)\n");
     printf("rules of thumb, beside this estimate (%s):\n", gp_format_size((size_t)total, a));
