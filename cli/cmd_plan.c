@@ -18,8 +18,8 @@
 #include <string.h>
 
 #include "cli.h"
-#include "config.h"
-#include "format.h"
+#include "base/config.h"
+#include "base/format.h"
 #include "json_text.h"
 #include "plan.h"
 

@@ -23,8 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "format.h"
+#include "base/config.h"
+#include "base/format.h"
 #include "json_text.h"
 #include "plan.h"
 

@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "format.h"
+#include "base/format.h"
 #include "gpupool.h"
 #include "gpupool_sim.h"
 #include "json_text.h"

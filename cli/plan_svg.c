@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "format.h"
+#include "base/format.h"
 #include "plan.h"
 
 #define WIDTH 860.0

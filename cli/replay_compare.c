@@ -7,7 +7,7 @@
 
 #include <string.h>
 
-#include "format.h"
+#include "base/format.h"
 #include "pytorch_policy.h"
 
 int gp_compare_check(const char *name, char *err, size_t errlen)
