@@ -92,7 +92,8 @@ static int compare_events(const void *a, const void *b)
     return x->index < y->index ? -1 : x->index > y->index;
 }
 
-int gp_replay_models(const char **specs, int count, const char *device_memory, const char *conf, int json)
+int gp_replay_models(const char **specs, int count, const char *device_memory, const char *conf, int json,
+                     const char *snapshot, unsigned snapshot_flags)
 {
     char err[1024];
     model *models = calloc((size_t)count, sizeof *models);
@@ -127,6 +128,9 @@ int gp_replay_models(const char **specs, int count, const char *device_memory, c
         snprintf(cfg, sizeof cfg, "backend:sim,device_memory:%s%s%s", device_memory, conf[0] ? "," : "", conf);
         if (gp_pool_create(&pool, 0, NULL, cfg) != GP_OK || (sim = gp_sim_of(pool)) == NULL) {
             fprintf(stderr, "gpupool replay: cannot create a simulated pool with \"%s\": %s\n", cfg, gp_last_error());
+            status = 1;
+        } else if (snapshot != NULL && gp_history_record(pool, 4 * total + 4096) != GP_OK) {
+            fprintf(stderr, "gpupool replay: --snapshot: %s\n", gp_last_error());
             status = 1;
         }
     }
@@ -169,6 +173,10 @@ int gp_replay_models(const char **specs, int count, const char *device_memory, c
             m->live -= m->trace.slot_size[ev->slot];
             m->ptrs[ev->slot] = NULL;
         }
+    }
+    if (status == 0 && snapshot != NULL && gp_snapshot_write(&pool, 1, snapshot, snapshot_flags) != GP_OK) {
+        fprintf(stderr, "gpupool replay: --snapshot: %s\n", gp_last_error());
+        status = 1;
     }
     if (status == 0) {
         gp_stats st = {.size = sizeof st, .version = GP_STATS_VERSION};

@@ -158,6 +158,7 @@ GP_API int gp_pool_destroy(gp_pool *pool, gp_leak_report *report)
     free(p->pooled);
     free(p->pooled_since);
     gp_trace_log_close(p->log);
+    gp_history_destroy(atomic_load(&p->history));
     p->ops->close(p->ctx);
     gp_stream_table_free(&p->streams);
     gp_tenant_registry_free(&p->tenants);

@@ -66,6 +66,8 @@ static const key_spec keys[] = {
      "give back cached memory idle this long (e.g. 30s, 500ms; real time, or virtual time on the sim)"},
     {"log", KEY_STRING, FIELD(log_path), sizeof(((gp_config *)0)->log_path), "",
      "write every allocate and free to this file as an RMM allocation-log CSV"},
+    {"empty_cache", KEY_STRING, FIELD(empty_cache), GP_CONFIG_NAME_MAX, "working-set",
+     "torch.cuda.empty_cache(): working-set (give back what the last 8 calls' intervals did not use), trim (all), off"},
 };
 
 #define KEY_COUNT (sizeof keys / sizeof keys[0])
@@ -308,6 +310,9 @@ int gp_config_validate(const gp_config *cfg)
     if (cfg->huge_size <= cfg->small_size)
         return gp_error_set(GP_ERR_CONFIG, "huge_size %zu must be larger than small_size (%zu)", cfg->huge_size,
                             cfg->small_size);
+    if (strcmp(cfg->empty_cache, "working-set") != 0 && strcmp(cfg->empty_cache, "trim") != 0 &&
+        strcmp(cfg->empty_cache, "off") != 0)
+        return gp_error_set(GP_ERR_CONFIG, "empty_cache '%s' unknown (working-set, trim or off)", cfg->empty_cache);
     if (cfg->max_streams == 0 || cfg->max_streams > 65536)
         return gp_error_set(GP_ERR_CONFIG, "max_streams %u must be between 1 and 65536", cfg->max_streams);
     return GP_OK;

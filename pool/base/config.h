@@ -27,6 +27,7 @@ typedef struct gp_config {
     size_t release_threshold; /* cached bytes kept when maintenance runs; SIZE_MAX = keep all */
     double idle_release;    /* seconds after which idle cached memory is given back; < 0 = never */
     char log_path[1024];    /* "" or a file to which every allocate/free is logged as RMM CSV */
+    char empty_cache[GP_CONFIG_NAME_MAX]; /* torch.cuda.empty_cache(): "working-set", "trim" or "off" */
 } gp_config;
 
 /* Fills cfg with the built-in defaults. */

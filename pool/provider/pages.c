@@ -144,6 +144,7 @@ size_t gp_pages_map_front(gp_pool_state *p, gp_stream_state *st, gp_segment *seg
         }
         seg->pages[gp_page_index(p, seg, va)] = handle;
         atomic_fetch_add(&p->num_maps, 1);
+        gp_history_note(p, GP_HIST_SEGMENT_MAP, va, p->page, st->handle, st->tenant->index);
     }
     if (done == 0) {
         if (rest != NULL)
@@ -187,6 +188,7 @@ size_t gp_pages_unmap(gp_pool_state *p, gp_stream_state *owner, gp_segment *seg,
         if (*rc != GP_OK)
             break;
         atomic_fetch_add(&p->num_unmaps, 1);
+        gp_history_note(p, GP_HIST_SEGMENT_UNMAP, va, p->page, seg->owner->handle, seg->owner->tenant->index);
         gp_phys handle = seg->pages[gp_page_index(p, seg, va)];
         if (release)
             gp_page_release(p, handle); /* a page the device refuses stays in the page pool */

@@ -103,6 +103,7 @@ static int release_segment_locked(gp_pool_state *p, gp_segment *seg)
         return rc;
     }
     gp_segment_unlink(p, seg);
+    gp_history_note(p, GP_HIST_SEGMENT_FREE, seg->addr, seg->size, owner->handle, owner->tenant->index);
     atomic_fetch_sub(&p->reserved, seg->size);
     atomic_fetch_add(&p->num_device_frees, 1);
     gp_tenant_charge(owner->tenant, -(int64_t)seg->size);
@@ -203,6 +204,7 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t bytes, bool small,
     gp_raise_peak(&p->reserved_peak, reserved);
     atomic_fetch_add(&p->num_device_allocs, 1);
     gp_tenant_charge(st->tenant, (int64_t)bytes);
+    gp_history_note(p, GP_HIST_SEGMENT_ALLOC, addr, bytes, st->handle, st->tenant->index);
     *out = seg;
     return GP_OK;
 }

@@ -332,6 +332,7 @@ int gp_vmm_resume_range(gp_pool_state *p, gp_segment *seg)
         }
         seg->pages[i] = handle;
         atomic_fetch_add(&p->num_maps, 1);
+        gp_history_note(p, GP_HIST_SEGMENT_MAP, va, p->page, seg->owner->handle, seg->owner->tenant->index);
         seg->mapped_bytes += p->page;
         p->paused_bytes -= p->page;
         gp_tenant_charge(seg->owner->tenant, (int64_t)p->page);
@@ -355,6 +356,7 @@ int gp_vmm_pause_range(gp_pool_state *p, gp_segment *seg)
         if (rc != GP_OK)
             return rc;
         atomic_fetch_add(&p->num_unmaps, 1);
+        gp_history_note(p, GP_HIST_SEGMENT_UNMAP, va, p->page, seg->owner->handle, seg->owner->tenant->index);
         seg->mapped_bytes -= p->page;
         p->paused_bytes += p->page;
         gp_tenant_charge(seg->owner->tenant, -(int64_t)p->page);
