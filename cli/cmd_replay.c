@@ -19,6 +19,7 @@ static const char replay_usage[] =
     "usage: gpupool replay [--device-memory SIZE] [--conf CONF] [--repeat N] [--json] [--plot FILE.svg]\n"
     "                      [--snapshot FILE.pickle [--snapshot-format dict|list]] TRACE...\n"
     "       gpupool replay [--device-memory SIZE] [--conf CONF] [--json] [--snapshot FILE.pickle]\n"
+    "                      [--processes] [--speed F]\n"
     "                      --model NAME=TRACE[:max=SIZE][:high=SIZE][:min=SIZE] ...\n"
     "\n"
     "Replays each allocation trace (RMM's CSV allocation log: Thread,Time,Action,Pointer,Size,Stream)\n"
@@ -46,7 +47,13 @@ static const char replay_usage[] =
     "  --model NAME=TRACE[:max=SIZE][:high=SIZE][:min=SIZE]\n"
     "                        replay several traces together, interleaved by their Time column, each as\n"
     "                        one tenant (model) with those limits on streams of its own; reports each\n"
-    "                        model's peak bytes held and refused allocations\n";
+    "                        model's peak bytes held and refused allocations\n"
+    "  --processes           with --model: each model in a process of its own (its own simulated GPU),\n"
+    "                        all against one per-GPU ledger (conf ledger:NAME, else one of the replay's\n"
+    "                        own), as one process per model or replica is deployed; the limits are\n"
+    "                        then GPU-wide budgets and a NAME given twice is one tenant in two processes\n"
+    "  --speed FACTOR        with --model: replay each event no sooner than its Time divided by FACTOR\n"
+    "                        (1 = the trace's own pace; default: as fast as possible)\n";
 
 /* Plot data: one bucket per x pixel-ish, holding the largest live and reserved seen in it. */
 #define PLOT_BUCKETS 1200u
@@ -166,7 +173,8 @@ int gp_cmd_replay(int argc, char **argv)
     const char *plot = NULL;
     const char *compare = NULL;
     unsigned repeat = 1;
-    int json = 0;
+    int json = 0, processes = 0;
+    double speed = 0;
     const char *snapshot = NULL;
     unsigned snapshot_flags = 0;
     int first_trace = argc;
@@ -185,6 +193,10 @@ int gp_cmd_replay(int argc, char **argv)
             json = 1;
             continue;
         }
+        if (strcmp(a, "--processes") == 0) {
+            processes = 1;
+            continue;
+        }
         if (strcmp(a, "--") == 0) {
             first_trace = i + 1;
             break;
@@ -194,9 +206,9 @@ int gp_cmd_replay(int argc, char **argv)
             break;
         }
         const char *names[] = {"--device-memory", "--conf", "--repeat", "--plot", "--model", "--snapshot-format",
-                               "--snapshot", "--compare"};
+                               "--snapshot", "--speed", "--compare"};
         int which = -1;
-        for (int k = 0; k < 8; k++) {
+        for (int k = 0; k < 9; k++) {
             size_t n = strlen(names[k]);
             if (strncmp(a, names[k], n) == 0 && (a[n] == '\0' || a[n] == '=')) {
                 which = k;
@@ -243,6 +255,15 @@ int gp_cmd_replay(int argc, char **argv)
         } else if (which == 6) {
             snapshot = value;
         } else if (which == 7) {
+            char *end;
+            speed = strtod(value, &end);
+            if (*end != '\0' || !(speed > 0)) {
+                fprintf(stderr, "gpupool replay: --speed %s: expected a factor above 0 (1 = the trace's own pace)\n",
+                        value);
+                free(model_specs);
+                return 2;
+            }
+        } else if (which == 8) {
             char err[256];
             if (gp_compare_check(value, err, sizeof err) != 0) {
                 fprintf(stderr, "gpupool replay: %s\n", err);
@@ -260,7 +281,8 @@ int gp_cmd_replay(int argc, char **argv)
             free(model_specs);
             return 2;
         }
-        int status = gp_replay_models(model_specs, num_models, dm, conf, json, snapshot, snapshot_flags);
+        int status = gp_replay_models(model_specs, num_models, dm, conf, json, snapshot, snapshot_flags, processes,
+                                      speed);
         if (status == 0 && snapshot != NULL && !json)
             printf("snapshot written to %s\n", snapshot);
         free(model_specs);

@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "api/api.h"
 #include "provider/pending.h"
+#include "provider/pool_ledger.h"
 #include "provider/provider.h"
 
 size_t gp_maintain_locked(gp_pool_state *p, int *failed)
@@ -23,6 +24,7 @@ size_t gp_maintain_locked(gp_pool_state *p, int *failed)
     if (now > atomic_load(&p->coarse_now))
         atomic_store(&p->coarse_now, now);
     atomic_store(&p->frees_since_maintain, 0);
+    gp_pool_ledger_service(p, false); /* other processes' requests to trim; figures for gpupool top */
     bool idle = p->cfg.idle_release >= 0;
     bool threshold = p->cfg.release_threshold != SIZE_MAX;
     if (!idle && !threshold)

@@ -5,7 +5,8 @@
  * device (pool_state.c).
  *
  * Locks, always taken in this order: pool->lock, then stream locks in ascending stream index, then the
- * event pool's lock. The allocation and free fast paths take one stream lock and nothing else. Slow
+ * event pool's lock; the per-GPU ledger's lock (provider/ledger.c) is a leaf, held by no caller of
+ * anything else. The allocation and free fast paths take one stream lock and nothing else. Slow
  * paths hold the pool lock and one stream lock at a time; only whole-pool walks (stats, gp_check,
  * destroy) hold every stream lock, taken in index order.
  *
@@ -57,6 +58,7 @@ typedef struct gp_pool_state {
     size_t segment_count;
     uint64_t next_serial;
     gp_trace_log *log;
+    struct gp_pool_ledger *ledger; /* the per-GPU ledger (provider/pool_ledger.c); NULL when ledger:off */
     /* Recent allocation events for snapshots (ds/history.h, api/snapshot.c): NULL until
      * gp_history_record turns recording on; then it lives until destroy. history_on says whether the
      * hooks add to it. */
