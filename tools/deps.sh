@@ -7,7 +7,10 @@
 # with sudo only when not root. The CUDA Toolkit is not installed here: CMake builds the cuda backend
 # when it finds one (e.g. /usr/local/cuda) and builds only the sim backend otherwise.
 
-GP_DEPS=(build-essential cmake pkg-config libjemalloc-dev libcriterion-dev libbenchmark-dev)
+# clang + libclang-rt-14-dev: libFuzzer (libclang_rt.fuzzer, which Debian 12 ships in libclang-rt-14-dev,
+# only recommended by clang-14) for the fuzz targets; clang-tidy, cppcheck, valgrind: tools/analyse.sh.
+GP_DEPS=(build-essential cmake pkg-config libjemalloc-dev libcriterion-dev libbenchmark-dev
+         clang libclang-rt-14-dev clang-tidy cppcheck valgrind)
 
 gp_install_deps() {
     if ! command -v dpkg-query >/dev/null 2>&1; then

@@ -9,6 +9,7 @@
  *     per-slot tables match the events;
  *   - a trace that parses replays on the sim (128 MiB device, 2 passes) without a failed free and
  *     without a setup error (the sanitizer builds catch what goes wrong inside: leaks, overflows).
+ * FUZZ_TRACE_VERBOSE=1 in the environment prints what the reader said of each input.
  * Avoided for now (known findings of issue 9, being fixed on branch issue-9):
  *   KNOWN(7): replay.c computes NULL + 0 on a trace with no replayable event: no replay without one.
  *   KNOWN(8): a free whose stream no allocation used is refused and the block forgotten: such
@@ -88,7 +89,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     gp_trace trace;
     char err[512];
     err[0] = '\0';
-    if (gp_trace_parse(&trace, "fuzz.csv", (const char *)data, size, err, sizeof err) != 0) {
+    int rc = gp_trace_parse(&trace, "fuzz.csv", (const char *)data, size, err, sizeof err);
+    if (getenv("FUZZ_TRACE_VERBOSE") != NULL)
+        fprintf(stderr, "  %s\n", rc != 0 ? err : "parsed");
+    if (rc != 0) {
         CHECK(err[0] != '\0', "gp_trace_parse failed without a message");
         CHECK(strncmp(err, "fuzz.csv", 8) == 0, err);
         return 0;
