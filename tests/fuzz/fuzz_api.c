@@ -53,7 +53,7 @@
 #define NUM_STREAMS 4      /* index 0 is the default stream (NULL) */
 #define NUM_NAMES 6
 #define MAX_TENANTS 8
-#define MAX_PUSH 8
+#define MAX_PUSH 40 /* more than the pool's nesting limit, so that its refusal is tried */
 #define PATTERN_SPAN (4 * KIB) /* the head and the tail of a block get a pattern */
 #define MAX_OPS 256
 
