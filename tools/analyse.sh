@@ -49,7 +49,9 @@ known_leak=cli/cmd_replay.c
 others=()
 for f in "${files[@]}"; do [ "$f" = "$known_leak" ] || others+=("$f"); done
 {
-    printf '%s\n' "${others[@]}" | xargs -P "$jobs" -n 4 "$tidy" -p "$dir" --quiet || true
+    # One file per clang-tidy process: clang-tidy 14 given several files reports a false
+    # clang-analyzer-valist.Uninitialized at every vsnprintf after the first file.
+    printf '%s\n' "${others[@]}" | xargs -P "$jobs" -n 1 "$tidy" -p "$dir" --quiet || true
     if [ "${#others[@]}" -ne "${#files[@]}" ]; then
         "$tidy" -p "$dir" --quiet --checks=-clang-analyzer-unix.Malloc "$known_leak" || true
     fi
