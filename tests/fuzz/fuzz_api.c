@@ -609,6 +609,8 @@ static void op_rewrite(state *s, reader *r)
     pattern(s, b, GP_SIM_WRITE);
 }
 
+static void count_text(void *opaque, const char *text) { *(size_t *)opaque += strlen(text); }
+
 static void op_stats(state *s, reader *r)
 {
     uint8_t k = u8(r);
@@ -621,6 +623,8 @@ static void op_stats(state *s, reader *r)
     if (len > 0)
         CHECK(memchr(buf, '\0', len) != NULL, "gp_stats_json left its buffer without a NUL");
     CHECK(len == 0 || strlen(buf) == (needed < len ? needed : len - 1), "gp_stats_json's needed is wrong");
+    size_t printed = 0;
+    CHECK(gp_stats_print(s->pool, count_text, &printed) == GP_OK && printed > 0, gp_last_error());
     gp_tenant_stats ts = {.size = sizeof ts, .version = GP_TENANT_STATS_VERSION};
     size_t count = 0;
     CHECK(gp_tenant_count(s->pool, &count) == GP_OK, gp_last_error());
