@@ -183,6 +183,11 @@ GP_API int gp_tenant_resume(gp_pool *pool, const char *name)
         t->paused = false;
         gp_tenant_update_gate(t);
     } else {
+        /* A failed resume changes nothing: the pages this attempt mapped go back, its ranges stay paused
+         * (they held device memory for a tenant still paused, out of every other tenant's reach). */
+        for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next)
+            if (seg->owner->tenant == t && seg->pages != NULL)
+                (void)unmap_all(p, seg);
         gp_error_append(" (gp_tenant_resume of '%s': it stays paused; resume again once memory is free)", name);
     }
     gp_unlock_all_streams(p);
