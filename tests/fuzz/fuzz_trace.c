@@ -105,6 +105,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         CHECK(res != NULL, "out of memory");
         CHECK(gp_replay_run(&trace, &opt, res, err, sizeof err) == 0, err);
         CHECK(res->failed_frees == 0, res->first_failure);
+        if (getenv("FUZZ_TRACE_VERBOSE") != NULL)
+            fprintf(stderr, "  replayed %zu events twice, %llu allocations failed\n", trace.num_events,
+                    (unsigned long long)res->failed_allocations);
         free(res);
     }
     gp_trace_free(&trace);
