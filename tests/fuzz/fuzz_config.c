@@ -27,8 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "error.h"
+#include "base/config.h"
+#include "base/error.h"
 #include "gpupool.h"
 #include "gpupool_sim.h"
 
