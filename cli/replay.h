@@ -57,7 +57,9 @@ typedef struct gp_replay_result {
     uint64_t map_calls_last_repeat;    /* map + unmap calls in the last pass */
     uint64_t map_calls_first_repeat;
     uint64_t failed_allocations;   /* gp_alloc failures, all passes */
-    uint64_t failed_frees;         /* gp_free failures (a pool bug if ever non-zero) */
+    uint64_t failed_frees;         /* gp_free failures (e.g. a free on a stream no allocation used): the
+                                    * block stays live and is freed on its own stream at the pass's end */
+    uint64_t allocated_bytes_end;  /* the pool's allocated bytes after the last pass (0 unless leaked) */
     uint64_t trace_alloc_failures; /* `allocate failure` lines per pass (not replayed) */
     uint64_t segments_end;         /* device allocations the pool held after the last pass */
     double host_ns_per_event;      /* median over passes of (loop time / events) */

@@ -9,14 +9,17 @@
 #include <stdint.h>
 
 #include "policy/cache_cap.h"
+#include "provider/capture_window.h"
 #include "provider/pages.h"
 #include "provider/pending.h"
 #include "provider/vmm.h"
 
-size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *keep, uint64_t idle_before,
+size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *spot, uint64_t idle_before,
                                bool release, int *rc, const gp_tenant *only, const gp_tenant *taker)
 {
     size_t got = 0;
+    if (gp_capture_underway()) /* unmapping synchronises the device: never while a graph is captured */
+        return 0;
     for (gp_segment *seg = p->segments_head; seg != NULL && got < want; seg = seg->next) {
         gp_stream_state *owner = seg->owner;
         if (seg->pages == NULL || seg->paused || (only != NULL && owner->tenant != only))
@@ -27,7 +30,7 @@ size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *ke
         while (progress && got < want) {
             progress = false;
             for (gp_block *b = seg->first; b != NULL; b = b->next) {
-                if (b->state != GP_BLOCK_FREE || b == keep || b->free_since > idle_before)
+                if (b->state != GP_BLOCK_FREE || (spot != NULL && b->next == spot) || b->free_since > idle_before)
                     continue;
                 uintptr_t first = seg->addr + gp_div_up(b->addr - seg->addr, p->page) * p->page;
                 uintptr_t end = seg->addr + (b->addr + b->size - seg->addr) / p->page * p->page;
@@ -60,7 +63,7 @@ size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *ke
  * cap by the pages it moved (stitch_allowance): a working set that needs more memory than the cap
  * stitches once and then grows, instead of moving the same pages back and forth every step.
  */
-void gp_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t pages, const gp_block *keep)
+void gp_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t pages, const gp_block *spot)
 {
     size_t cap = gp_cache_cap(&p->cfg, gp_allocated_estimate(p), atomic_load(&p->allocated_peak), rsize);
     if (cap != SIZE_MAX)
@@ -72,7 +75,7 @@ void gp_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t pages
         size_t want = gp_div_up(after - cap, p->page);
         if (want > pages - p->pooled_count)
             want = pages - p->pooled_count;
-        size_t moved = gp_vmm_unmap_free_pages(p, want, keep, UINT64_MAX, false, &urc, NULL, st->tenant);
+        size_t moved = gp_vmm_unmap_free_pages(p, want, spot, UINT64_MAX, false, &urc, NULL, st->tenant);
         if (moved > 0) {
             atomic_fetch_add(&p->num_stitches, 1);
             p->stitch_allowance += moved * p->page;

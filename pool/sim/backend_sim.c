@@ -470,6 +470,8 @@ static int sim_map(void *ctx, gp_devptr va, size_t size, gp_phys handle)
                       handle, mapped, mapped == 1 ? "" : "s");
     if (rc == GP_OK)
         rc = gpsim_vmm_map(sim->vmm, va, h);
+    if (rc == GP_OK && (rc = begin_call(sim, GP_SIM_CALL_SET_ACCESS, "set_access")) != GP_OK)
+        gpsim_vmm_unmap(sim->vmm, va, size); /* as the vmm backend: no mapping without access stays */
     unlock(sim);
     return rc;
 }
@@ -496,7 +498,7 @@ static int sim_unmap(void *ctx, gp_devptr va, size_t size)
 static int sim_copy(gp_sim *sim, gp_devptr dev, void *host, size_t size, bool to_device)
 {
     lock(sim);
-    int rc = sim->closed ? gp_error_set(GP_ERR_DEVICE, "sim: copy after the backend was closed") : GP_OK;
+    int rc = begin_call(sim, GP_SIM_CALL_COPY, to_device ? "copy_to_device" : "copy_to_host");
     if (rc == GP_OK && sim->vmm == NULL && !gpsim_memory_contains(&sim->memory, dev, size))
         rc = bad_call(sim, "copy of unallocated memory: [0x%" PRIxPTR ",+%zu)", dev, size);
     gpsim_piece *pieces = NULL;
@@ -525,7 +527,12 @@ static int sim_copy_to_device(void *ctx, gp_devptr dst, const void *host, size_t
 /* The sim's "pinned" host memory: plain anonymous pages. */
 static int sim_host_alloc(void *ctx, size_t size, void **out)
 {
-    (void)ctx;
+    gp_sim *sim = ctx;
+    lock(sim);
+    int rc = begin_call(sim, GP_SIM_CALL_HOST_ALLOC, "host_alloc");
+    unlock(sim);
+    if (rc != GP_OK)
+        return rc;
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
         return gp_error_set(GP_ERR_OOM, "sim: host_alloc of %zu bytes: %s", size, strerror(errno));
