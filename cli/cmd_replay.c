@@ -432,8 +432,10 @@ int gp_cmd_replay(int argc, char **argv)
                 fprintf(stderr, "gpupool replay: out of host memory\n");
                 status = 1;
             } else {
-                for (size_t b = 0; b < pd->buckets; b++)
-                    pd->x[b] = pd->total ? (double)((b * pd->total + pd->buckets - 1) / pd->buckets) : 0.0;
+                for (size_t b = 0; b < pd->buckets; b++) {
+                    size_t event = (b * pd->total + pd->buckets - 1) / pd->buckets; /* rounded up */
+                    pd->x[b] = (double)event;
+                }
                 opt.observe = plot_observe;
                 opt.opaque = pd;
                 opt.snapshot = NULL; /* written by the timed run */
@@ -443,7 +445,7 @@ int gp_cmd_replay(int argc, char **argv)
                 }
                 snprintf(titles[ti], 512, "%s: peak reserved / peak live = %.3f, %u pass%s",
                          base_name(path), res->reserved_over_live, repeat, repeat == 1 ? "" : "es");
-                gp_svg_series *s = &series[ti * 3];
+                gp_svg_series *s = &series[(size_t)ti * 3];
                 s[0] = (gp_svg_series){.name = "reserved (device memory held by the pool)", .color = "#d62728",
                                        .y = pd->reserved, .filled = 1};
                 s[1] = (gp_svg_series){.name = "allocated (blocks handed out, 512 B rounded)",
