@@ -13,6 +13,7 @@
 #include "mp_harness.h"
 
 #include <fcntl.h>
+#include <time.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 
@@ -91,6 +92,13 @@ static void killed_holding_the_lock(void)
     gp_ledger_unlink(shm);
 }
 
+static double monotonic_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static void killed_under_load(void)
 {
     char value[48], shm[GP_LEDGER_NAME_MAX];
@@ -99,23 +107,30 @@ static void killed_under_load(void)
     for (int i = 0; i < 4; i++) {
         char seed[16];
         snprintf(seed, sizeof seed, "%d", 101 + i);
-        w[i] = mp_start((char *[]){"", value, i % 2 ? "sim-vmm" : "sim", "load", "model", i < 2 ? "400000" : "4000",
+        w[i] = mp_start((char *[]){"", value, i % 2 ? "sim-vmm" : "sim", "load", "model", i < 2 ? "0" : "4000",
                                    seed, NULL});
     }
-    /* Workers 0 and 1 run far longer: once both have registered they are killed mid-way, inside the
-     * pool (almost all of their time is spent in gp_alloc and gp_free). */
+    /* Workers 0 and 1 run until stdin closes, so they are still inside the pool when they are killed
+     * (almost all of their time is spent in gp_alloc and gp_free), however late the kill comes: a
+     * victim with a fixed number of iterations could finish, unregister cleanly and leave nothing to
+     * reclaim on a loaded machine. They are killed once both are registered and hold device memory;
+     * the wait is bounded by a deadline (not a count of naps), and a victim that never got there is a
+     * failure of its own, not a wrong count below. */
     static gp_ledger_view seen;
-    for (int tries = 0, both = 0; !both && tries < 3000; tries++) {
+    int ready = 0;
+    for (double deadline = monotonic_s() + 60; ready < 2 && monotonic_s() < deadline;) {
         gp_ledger_view_read(l, &seen, false);
-        int found = 0;
+        ready = 0;
         for (unsigned i = 0; i < seen.num_pools; i++)
-            found += seen.pools[i].pid == w[0].pid || seen.pools[i].pid == w[1].pid;
-        both = found == 2;
-        usleep(1000);
+            ready += (seen.pools[i].pid == w[0].pid || seen.pools[i].pid == w[1].pid) && seen.pools[i].device_held > 0;
+        if (ready < 2)
+            usleep(1000);
     }
-    usleep(100000);
-    mp_kill(&w[0]);
-    mp_kill(&w[1]);
+    CHECK(ready == 2, "only %d of the 2 victims registered and charged device memory within 60 s", ready);
+    for (int i = 0; i < 2; i++) {
+        int status = mp_kill(&w[i]); /* returns once the victim is reaped: no zombie is left to look alive */
+        CHECK(status == 128 + SIGKILL, "victim %d was not killed by SIGKILL (exit status %d)", i, status);
+    }
     for (int i = 2; i < 4; i++) {
         mp_read_line(&w[i]);
         CHECK(mp_finish(&w[i]) == 0, "survivor %d failed: '%s'", i, w[i].line);
