@@ -207,10 +207,9 @@ static vmm_counts vmm_calls(gp_sim *sim)
         .releases = gp_sim_calls(sim, GP_SIM_CALL_PHYS_RELEASE),
         .maps = gp_sim_calls(sim, GP_SIM_CALL_MAP),
         .unmaps = gp_sim_calls(sim, GP_SIM_CALL_UNMAP),
+        .set_access = gp_sim_calls(sim, GP_SIM_CALL_SET_ACCESS),
+        .syncs = gp_sim_calls(sim, GP_SIM_CALL_DEVICE_SYNC),
     };
-    /* the sim's map is cuMemMap + cuMemSetAccess, its unmap a device synchronize + cuMemUnmap */
-    c.set_access = c.maps;
-    c.syncs = c.unmaps;
     return c;
 }
 

@@ -87,7 +87,12 @@ enum gp_sim_call {
     GP_SIM_CALL_PHYS_RELEASE = 1u << 12,
     GP_SIM_CALL_MAP = 1u << 13,
     GP_SIM_CALL_UNMAP = 1u << 14,
-    GP_SIM_CALL_ALL = (1u << 15) - 1
+    /* the parts of map and unmap whose cost differs on a GPU: making a mapped range accessible
+     * (cuMemSetAccess; once per map, or once per run of map_run) and the device synchronize before
+     * unmapping (once per unmap, or once per run of unmap_run) */
+    GP_SIM_CALL_SET_ACCESS = 1u << 15,
+    GP_SIM_CALL_DEVICE_SYNC = 1u << 16,
+    GP_SIM_CALL_ALL = (1u << 17) - 1
 };
 
 /* Makes the nth device call (1 = the next one) whose kind is in `mask` fail with `error`
