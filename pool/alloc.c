@@ -92,7 +92,9 @@ static gp_block *adopt_and_take(gp_pool_state *p, gp_stream_state *st, gp_segmen
     pthread_mutex_lock(&st->lock);
     if (seg != NULL) {
         assert(seg->owner == st && seg->small == small);
-        gp_heap_insert(heap, seg->first);
+        for (gp_block *fb = seg->first; fb != NULL; fb = fb->next)
+            if (fb->state == GP_BLOCK_FREE)
+                gp_heap_insert(heap, fb);
     }
     gp_pending_collect(p, st, 0);
     gp_heap_quick_flush(heap, &st->blocks); /* small freed blocks may coalesce into what fits */
@@ -102,6 +104,55 @@ static gp_block *adopt_and_take(gp_pool_state *p, gp_stream_state *st, gp_segmen
     if (b != NULL)
         hand_out(p, st, b, size);
     pthread_mutex_unlock(&st->lock);
+    return b;
+}
+
+/*
+ * Borrowing: the smallest free block that fits among the heaps (of kind `small`) of the other streams of
+ * st's tenant whose work is done (gp_stream_idle), handed out to st without a device or map call.
+ * The block stays in its lender's segment and live map, with st recorded as its user, so that its free
+ * on st takes free.c's cross-stream path: it becomes PENDING on an event recorded on st and returns to
+ * the lender's heap once st's work on it has completed. Several models (or replicas) on one GPU take
+ * turns at their peaks; borrowing lets one stream's peak use another's idle cache where it lies, so
+ * that the streams together need about the memory of their combined peak instead of the sum of their
+ * own peaks, and nothing has to be unmapped or mapped again to move it. Pool lock held, no stream lock.
+ */
+static gp_block *borrow(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t size, bool small)
+{
+    gp_stream_state *lender = NULL;
+    size_t best = 0;
+    unsigned count = atomic_load(&p->streams.count);
+    for (unsigned i = 0; i < count; i++) {
+        gp_stream_state *o = p->streams.by_index[i];
+        if (o == st || o->handle == st->handle || o->tenant != st->tenant)
+            continue;
+        pthread_mutex_lock(&o->lock);
+        gp_heap *heap = gp_heap_of(o, small);
+        size_t fit = 0;
+        if (heap->free_bytes >= rsize) {
+            gp_pending_collect(p, o, 0);
+            fit = gp_heap_fit(heap, rsize);
+        }
+        if (fit != 0 && (best == 0 || fit < best) && gp_stream_idle(p, o)) {
+            lender = o;
+            best = fit;
+        }
+        pthread_mutex_unlock(&o->lock);
+    }
+    if (lender == NULL)
+        return NULL;
+    pthread_mutex_lock(&lender->lock);
+    gp_block *b = NULL;
+    if (gp_stream_idle(p, lender) && gp_block_map_reserve(&lender->live))
+        b = gp_heap_take(gp_heap_of(lender, small), &lender->blocks, rsize);
+    if (b != NULL) {
+        hand_out(p, lender, b, size);
+        gp_stream_state **uses = b->uses != NULL ? b->uses : b->uses_inline;
+        uses[0] = st; /* capacity >= GP_BLOCK_INLINE_USES >= 1 */
+        b->use_count = 1;
+        atomic_fetch_add(&p->num_borrows, 1);
+    }
+    pthread_mutex_unlock(&lender->lock);
     return b;
 }
 
@@ -149,12 +200,20 @@ static int gated(gp_pool_state *p, gp_tenant *t, size_t size)
     return rc;
 }
 
-/* The slow path on a virtual memory backend (vmm.c): grow in place, stitch, or map new pages. A
- * fast path on st may take the new memory between growth and adoption, so growth is retried. */
+/* The slow path on a virtual memory backend (vmm.c): take another stream's unused range, or grow in
+ * place, stitch, or map new pages. A fast path on st may take the new memory between growth and
+ * adoption, so growth is retried. */
 static int alloc_slow_vmm(gp_pool_state *p, gp_stream_state *st, size_t size, size_t rsize, bool small, void **out)
 {
     gp_block *b = adopt_and_take(p, st, NULL, small, rsize, size);
     int rc = GP_OK;
+    /* Another stream's range that holds nothing live (its fence completed) changes owner with its
+     * mapped pages: memory moves between streams without a device or map call, before any is made. */
+    gp_segment *seg;
+    if (b == NULL && (seg = gp_steal_segment(p, st, rsize, small, false)) != NULL)
+        b = adopt_and_take(p, st, seg, small, rsize, size);
+    if (b == NULL && p->cfg.borrow)
+        b = borrow(p, st, rsize, size, small);
     for (int attempt = 0; b == NULL && attempt < 3; attempt++) {
         rc = gp_vmm_grow(p, st, rsize, small);
         if (rc != GP_OK)

@@ -76,4 +76,14 @@ static inline bool gp_segment_wholly_free(const gp_segment *seg)
     return seg->first->state == GP_BLOCK_FREE && seg->first->size == seg->size;
 }
 
+/* True when no block of the segment is in use: every block FREE or, in a virtual range, UNMAPPED (so
+ * that the whole range, with its mapped pages, may change owner: reclaim.c). */
+static inline bool gp_segment_unused(const gp_segment *seg)
+{
+    for (const gp_block *b = seg->first; b != NULL; b = b->next)
+        if (b->state != GP_BLOCK_FREE && b->state != GP_BLOCK_UNMAPPED)
+            return false;
+    return true;
+}
+
 #endif /* GP_BLOCK_H */

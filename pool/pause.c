@@ -72,26 +72,34 @@ static int remap_pages(gp_pool_state *p, gp_segment *seg)
     return GP_OK;
 }
 
-/* Unmaps and releases every in-use page of seg (marking each GP_PHYS_NONE), stopping at a failure. */
+/* Unmaps and releases every in-use page of seg (marking each GP_PHYS_NONE), stopping at a failure; each
+ * run of consecutive mapped pages is unmapped after one device synchronize. */
 static int unmap_all(gp_pool_state *p, gp_segment *seg)
 {
     size_t pages = seg->size / p->page;
     seg->paused = true;
-    for (size_t i = 0; i < pages; i++) {
+    for (size_t i = 0; i < pages;) {
         uintptr_t va = seg->addr + i * p->page;
-        if (!page_in_use(seg, va))
+        /* a page of no block in use, or of a paused range that failed to resume part-way: skip */
+        if (!page_in_use(seg, va) || seg->pages[i] == GP_PHYS_NONE) {
+            i++;
             continue;
-        if (seg->pages[i] == GP_PHYS_NONE)
-            continue; /* a paused range that failed to resume part-way */
-        int rc = p->ops->unmap(p->ctx, va, p->page);
+        }
+        size_t n = 1;
+        while (i + n < pages && seg->pages[i + n] != GP_PHYS_NONE && page_in_use(seg, va + n * p->page))
+            n++;
+        size_t done = 0;
+        int rc = gp_vmm_unmap_run(p, va, n, &done);
+        atomic_fetch_add(&p->num_unmaps, done);
+        for (size_t k = 0; k < done; k++, i++) {
+            seg->mapped_bytes -= p->page;
+            p->paused_bytes += p->page;
+            gp_tenant_charge(seg->owner->tenant, -(int64_t)p->page);
+            gp_vmm_page_release(p, seg->pages[i]);
+            seg->pages[i] = GP_PHYS_NONE;
+        }
         if (rc != GP_OK)
             return rc;
-        atomic_fetch_add(&p->num_unmaps, 1);
-        seg->mapped_bytes -= p->page;
-        p->paused_bytes += p->page;
-        gp_tenant_charge(seg->owner->tenant, -(int64_t)p->page);
-        gp_vmm_page_release(p, seg->pages[i]);
-        seg->pages[i] = GP_PHYS_NONE;
     }
     return GP_OK;
 }

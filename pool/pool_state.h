@@ -54,7 +54,6 @@ typedef struct gp_pool_state {
     /* Virtual memory backends (vmm.c): page is the mapping granularity (0 on other backends); the
      * pooled handles are physical pages mapped nowhere, kept for reuse (pool lock). */
     size_t page;
-    size_t stitch_allowance; /* bytes stitched so far: added to the cache cap (see gp_vmm_grow) */
     size_t paused_bytes;     /* bytes of paused ranges' blocks, which hold no device memory (pause.c) */
     void *staging_hooks;     /* staging.c: the jemalloc arena's hooks, NULL before first use */
     unsigned staging_arena;
@@ -75,6 +74,7 @@ typedef struct gp_pool_state {
     atomic_size_t reserved, reserved_peak;
     atomic_uint_fast64_t num_device_allocs, num_device_frees, num_alloc_retries, num_ooms;
     atomic_uint_fast64_t num_stream_steals, num_stream_waits;
+    atomic_uint_fast64_t num_borrows; /* blocks handed out from another stream's heap (alloc.c) */
 } gp_pool_state;
 
 struct gp_pool {
@@ -171,10 +171,14 @@ void gp_pending_collect(gp_pool_state *p, gp_stream_state *st, unsigned limit);
 int gp_diagnose_pointer(gp_pool_state *p, uintptr_t addr, const char *fn);
 
 /* ---- reclaim.c ---- */
+/* True when all of st's work up to its last free into its heap has completed (its fence event, recorded
+ * anew if st freed since, has completed): st's free blocks are then idle on the device. st locked. */
+bool gp_stream_idle(gp_pool_state *p, gp_stream_state *st);
 /*
- * Takes the smallest wholly free segment of another stream that fits `size`: only one whose owner's
+ * Takes the smallest unused segment of another stream that holds `size` bytes (a wholly free device
+ * allocation, or a virtual range with nothing live in it: gp_segment_unused): only one whose owner's
  * fence has completed or, when `wait`, one whose fence st is then made to wait on. The segment is
- * returned with owner == st and its single FREE block on no list: the caller puts it in st's heap.
+ * returned with owner == st and its FREE blocks on no list: the caller puts them in st's heap.
  * While in transit it is reachable only through the segment list, i.e. by pool-lock holders.
  * Pool lock held, no stream lock. NULL when none may be taken.
  */
@@ -217,6 +221,10 @@ int gp_vmm_grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
  * before `idle_before` (UINT64_MAX = any). Returns bytes released; *failed gets the first error. Pool
  * lock held, no stream lock. */
 size_t gp_vmm_release(gp_pool_state *p, size_t keep, uint64_t idle_before, int *failed);
+/* Unmaps the n mappings of one page each from va: with the backend's unmap_run (one device synchronize
+ * for all) or page by page. *done receives the pages unmapped, always the first ones; a failure stops
+ * there (the rest stay mapped). Counts nothing: the caller accounts for the pages. */
+int gp_vmm_unmap_run(gp_pool_state *p, uintptr_t va, size_t n, size_t *done);
 /* A physical page: from the page pool, else new from the device (reserved bytes and peak counted). */
 int gp_vmm_page_get(gp_pool_state *p, gp_phys *out);
 /* Gives a page back to the device; one the device refuses stays in the page pool (nothing lost). */

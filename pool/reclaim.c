@@ -30,25 +30,33 @@ static bool fence_ready(gp_pool_state *p, gp_stream_state *st, bool *recorded)
     return p->ops->event_query(p->ctx, st->fence) == GP_OK;
 }
 
+bool gp_stream_idle(gp_pool_state *p, gp_stream_state *st)
+{
+    bool recorded;
+    return fence_ready(p, st, &recorded);
+}
+
 gp_segment *gp_steal_segment(gp_pool_state *p, gp_stream_state *st, size_t size, bool small, bool wait)
 {
-    /* The smallest wholly free segment of another stream that fits and may be taken. */
+    /* The smallest unused segment of another stream that holds `size` bytes and may be taken: a wholly
+     * free device allocation, or a virtual range whose mapped pages are all free (its UNMAPPED address
+     * space goes with it, so the new owner can grow it in place). */
     gp_segment *best = NULL;
     for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
-        if (seg->owner == st || seg->small != small || seg->size < size || seg->pages != NULL)
+        if (seg->owner == st || seg->small != small || seg->paused || seg->mapped_bytes < size)
             continue;
         if (seg->owner->tenant != st->tenant) { /* memory changes tenant: both budgets must allow it */
             size_t max = atomic_load(&st->tenant->max);
-            if (!gp_tenant_can_give(seg->owner->tenant, seg->size) || st->tenant->paused ||
-                (max != 0 && atomic_load(&st->tenant->held) + seg->size > max))
+            if (!gp_tenant_can_give(seg->owner->tenant, seg->mapped_bytes) || st->tenant->paused ||
+                (max != 0 && atomic_load(&st->tenant->held) + seg->mapped_bytes > max))
                 continue;
         }
-        if (best != NULL && seg->size >= best->size)
+        if (best != NULL && seg->mapped_bytes >= best->mapped_bytes)
             continue;
         gp_stream_state *owner = seg->owner;
         pthread_mutex_lock(&owner->lock);
         bool recorded = false;
-        bool usable = gp_segment_wholly_free(seg) && (fence_ready(p, owner, &recorded) || (wait && recorded));
+        bool usable = gp_segment_unused(seg) && (fence_ready(p, owner, &recorded) || (wait && recorded));
         pthread_mutex_unlock(&owner->lock);
         if (usable)
             best = seg;
@@ -59,17 +67,19 @@ gp_segment *gp_steal_segment(gp_pool_state *p, gp_stream_state *st, size_t size,
     pthread_mutex_lock(&owner->lock);
     bool taken = false;
     bool recorded = false;
-    if (gp_segment_wholly_free(best)) { /* the owner may have allocated from it since */
+    if (gp_segment_unused(best)) { /* the owner may have allocated from it since */
         bool ready = fence_ready(p, owner, &recorded);
         if (!ready && wait && recorded && p->ops->stream_wait_event(p->ctx, st->handle, owner->fence) == GP_OK) {
             atomic_fetch_add(&p->num_stream_waits, 1);
             ready = true;
         }
         if (ready) {
-            gp_heap_remove(gp_heap_of(owner, small), best->first);
+            for (gp_block *b = best->first; b != NULL; b = b->next)
+                if (b->state == GP_BLOCK_FREE)
+                    gp_heap_remove(gp_heap_of(owner, small), b);
             best->owner = st;
-            gp_tenant_charge(owner->tenant, -(int64_t)best->size);
-            gp_tenant_charge(st->tenant, (int64_t)best->size);
+            gp_tenant_charge(owner->tenant, -(int64_t)best->mapped_bytes);
+            gp_tenant_charge(st->tenant, (int64_t)best->mapped_bytes);
             atomic_fetch_add(&p->num_stream_steals, 1);
             taken = true;
         }

@@ -145,6 +145,42 @@ static gp_block *merge_unmapped(gp_block_cache *cache, gp_block *b)
     return b;
 }
 
+/* Pages mapped with one access call at most (a bound for the stack array; 512 MiB of 2 MiB pages). */
+#define GP_MAP_RUN_PAGES 256
+
+/* Maps handles[0..n) at va, va + page, ...: with the backend's map_run (one access call for the run,
+ * all or nothing) or, without it, page by page (stopping at the first failure). *mapped receives the
+ * pages mapped, which are always the first ones. */
+static int map_run(gp_pool_state *p, uintptr_t va, const gp_phys *handles, size_t n, size_t *mapped)
+{
+    *mapped = 0;
+    if (p->ops->map_run != NULL) {
+        int rc = p->ops->map_run(p->ctx, va, p->page, handles, n);
+        if (rc == GP_OK)
+            *mapped = n;
+        return rc;
+    }
+    for (; *mapped < n; (*mapped)++) {
+        int rc = p->ops->map(p->ctx, va + *mapped * p->page, p->page, handles[*mapped]);
+        if (rc != GP_OK)
+            return rc;
+    }
+    return GP_OK;
+}
+
+int gp_vmm_unmap_run(gp_pool_state *p, uintptr_t va, size_t n, size_t *done)
+{
+    *done = 0;
+    if (p->ops->unmap_run != NULL)
+        return p->ops->unmap_run(p->ctx, va, p->page, n, done);
+    for (; *done < n; (*done)++) {
+        int rc = p->ops->unmap(p->ctx, va + *done * p->page, p->page);
+        if (rc != GP_OK)
+            return rc;
+    }
+    return GP_OK;
+}
+
 /*
  * Maps up to n pages at the front of the UNMAPPED block u of seg (owner st locked) and turns them into
  * FREE memory of st's heap, coalesced with a FREE block before them. Returns the pages mapped; stops at
@@ -159,19 +195,27 @@ static size_t map_front(gp_pool_state *p, gp_stream_state *st, gp_segment *seg, 
         return 0;
     }
     size_t done = 0;
-    for (; done < n; done++) {
-        gp_phys handle;
-        *rc = gp_vmm_page_get(p, &handle);
-        if (*rc != GP_OK)
-            break;
-        uintptr_t va = u->addr + done * p->page;
-        *rc = p->ops->map(p->ctx, va, p->page, handle);
-        if (*rc != GP_OK) {
-            page_put(p, handle);
-            break;
+    while (done < n) {
+        /* A run of pages: taken from the page pool (or created), then mapped with one access call. */
+        gp_phys handles[GP_MAP_RUN_PAGES];
+        size_t want = n - done < GP_MAP_RUN_PAGES ? n - done : GP_MAP_RUN_PAGES, got = 0;
+        for (; got < want; got++) {
+            if ((*rc = gp_vmm_page_get(p, &handles[got])) != GP_OK)
+                break;
         }
-        seg->pages[page_index(p, seg, va)] = handle;
-        atomic_fetch_add(&p->num_maps, 1);
+        uintptr_t va = u->addr + done * p->page;
+        size_t mapped = 0;
+        int mrc = got > 0 ? map_run(p, va, handles, got, &mapped) : GP_OK;
+        for (size_t i = mapped; i < got; i++)
+            page_put(p, handles[i]); /* not mapped: back to the page pool, nothing lost */
+        for (size_t i = 0; i < mapped; i++)
+            seg->pages[page_index(p, seg, va) + i] = handles[i];
+        atomic_fetch_add(&p->num_maps, mapped);
+        done += mapped;
+        if (mrc != GP_OK)
+            *rc = mrc;
+        if (*rc != GP_OK || mapped < want)
+            break;
     }
     if (done == 0) {
         if (rest != NULL)
@@ -209,12 +253,10 @@ static size_t unmap_pages(gp_pool_state *p, gp_stream_state *owner, gp_segment *
     gp_heap *heap = gp_heap_of(owner, seg->small);
     gp_heap_remove(heap, b); /* off the lists: nobody can allocate it while it is cut */
     size_t done = 0;
-    for (; done < n; done++) {
-        uintptr_t va = first + done * p->page;
-        *rc = p->ops->unmap(p->ctx, va, p->page);
-        if (*rc != GP_OK)
-            break;
-        atomic_fetch_add(&p->num_unmaps, 1);
+    *rc = gp_vmm_unmap_run(p, first, n, &done); /* one synchronize for the run */
+    atomic_fetch_add(&p->num_unmaps, done);
+    for (size_t i = 0; i < done; i++) {
+        uintptr_t va = first + i * p->page;
         gp_phys handle = seg->pages[page_index(p, seg, va)];
         if (release)
             gp_vmm_page_release(p, handle); /* a page the device refuses stays in the page pool */
@@ -387,14 +429,17 @@ int gp_vmm_grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
     rc = gp_tenant_admit(p, st->tenant, pages * p->page, rsize);
     if (rc != GP_OK)
         return rc;
-    /* Pages beyond the pool's come from the device while the pool stays under its cache cap; past it,
-     * from free pages elsewhere (stitching), as many as keep it under the cap. Every stitch raises the
-     * cap by the pages it moved (stitch_allowance): a working set that needs more memory than the cap
-     * stitches once and then grows, instead of moving the same pages back and forth every step. */
+    /* Pages beyond the pool's come from the device while the pool stays under its cache cap
+     * ((1 + cache_slack) x the peak of allocated bytes: the demand the workload has shown); past it, from
+     * whole free pages anywhere in the pool (stitching), as many as keep it under the cap, and only the
+     * rest from the device. The cap does not grow with what was stitched: a pool that held on to every
+     * layout it once stitched for ends up with the sum of those layouts (on several streams, the sum of
+     * each stream's own peak: 1.3-2.2 x live on the traces of issue 11), while moving free pages to
+     * where the demand is keeps it at the demand's peak. The price is paid in map calls where the
+     * layout a step needs keeps moving (a serving loop of varying shapes, several streams whose peaks
+     * take turns); defrag:off instead grows once and then maps nothing. */
     if (p->cfg.defrag && pages > p->pooled_count) {
         size_t cap = gp_cache_cap(p, rsize);
-        if (cap != SIZE_MAX)
-            cap += p->stitch_allowance;
         size_t after = atomic_load(&p->reserved) + (pages - p->pooled_count) * p->page;
         if (cap != SIZE_MAX && after > cap) {
             int urc = GP_OK;
@@ -402,11 +447,8 @@ int gp_vmm_grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
             size_t want = div_up(after - cap, p->page);
             if (want > pages - p->pooled_count)
                 want = pages - p->pooled_count;
-            size_t moved = unmap_free_pages(p, want, keep, UINT64_MAX, false, &urc, NULL, st->tenant);
-            if (moved > 0) {
+            if (unmap_free_pages(p, want, keep, UINT64_MAX, false, &urc, NULL, st->tenant) > 0)
                 atomic_fetch_add(&p->num_stitches, 1);
-                p->stitch_allowance += moved * p->page;
-            }
         }
     }
     pthread_mutex_lock(&st->lock);
@@ -507,20 +549,44 @@ size_t gp_vmm_destroy(gp_pool_state *p, int *failed)
                 *failed = GP_ERR_DEVICE;
             continue;
         }
+        /* Runs of mapped pages, each unmapped after one device synchronize, then released. */
         gp_block *b = seg->first;
-        for (uintptr_t va = seg->addr; va < seg->addr + seg->size; va += p->page) {
-            while (b->addr + b->size <= va)
-                b = b->next;
-            if (b->state == GP_BLOCK_UNMAPPED || seg->pages[page_index(p, seg, va)] == GP_PHYS_NONE)
-                continue; /* unmapped blocks are whole pages; paused ranges may have pages without memory */
-            int rc = p->ops->unmap(p->ctx, va, p->page);
-            if (rc == GP_OK)
-                rc = p->ops->phys_release(p->ctx, seg->pages[page_index(p, seg, va)]);
-            if (rc != GP_OK) {
-                lost += p->page;
-                clean = false;
-                if (*failed == GP_OK)
-                    *failed = rc;
+        uintptr_t run = 0;
+        size_t n = 0;
+        for (uintptr_t va = seg->addr; va <= seg->addr + seg->size; va += p->page) {
+            bool mapped = false;
+            if (va < seg->addr + seg->size) {
+                while (b->addr + b->size <= va)
+                    b = b->next;
+                /* unmapped blocks are whole pages; paused ranges may have pages without memory */
+                mapped = b->state != GP_BLOCK_UNMAPPED && seg->pages[page_index(p, seg, va)] != GP_PHYS_NONE;
+            }
+            if (mapped) {
+                if (n++ == 0)
+                    run = va;
+                continue;
+            }
+            while (n > 0) {
+                size_t done = 0;
+                int rc = gp_vmm_unmap_run(p, run, n, &done);
+                for (size_t i = 0; i < done; i++) {
+                    int rrc = p->ops->phys_release(p->ctx, seg->pages[page_index(p, seg, run) + i]);
+                    if (rrc != GP_OK) {
+                        lost += p->page;
+                        clean = false;
+                        if (*failed == GP_OK)
+                            *failed = rrc;
+                    }
+                }
+                if (rc != GP_OK) { /* the page that failed stays mapped and is lost; go on after it */
+                    lost += p->page;
+                    clean = false;
+                    if (*failed == GP_OK)
+                        *failed = rc;
+                    done++;
+                }
+                run += done * p->page;
+                n -= done;
             }
         }
         if (clean && p->ops->va_release(p->ctx, seg->addr, seg->size) != GP_OK && *failed == GP_OK)
