@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "format.h"
+#include "base/format.h"
 #include "replay.h"
 #include "replay_models.h"
 #include "svg.h"

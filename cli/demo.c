@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "format.h"
+#include "base/format.h"
 #include "replay.h"
 #include "svg.h"
 #include "trace.h"

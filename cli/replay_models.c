@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "cli.h"
-#include "config.h"
-#include "format.h"
+#include "base/config.h"
+#include "base/format.h"
 #include "gpupool.h"
 #include "gpupool_sim.h"
 #include "replay_models.h"

@@ -48,8 +48,8 @@ enum gp_error {
     GP_ERR_DESTROYED = -9,     /* the pool has been destroyed */
     GP_ERR_BACKEND = -10,      /* no backend of that name is built in, or it cannot run here */
     GP_ERR_NOT_READY = -11,    /* (internal/backends) an event has not completed yet */
-    GP_ERR_QUOTA = -12,        /* reserved for per-model budgets */
-    GP_ERR_PAUSED = -13,       /* reserved for paused models */
+    GP_ERR_QUOTA = -12,        /* a tenant over its max (gp_tenant_create, gp_tenant_set_limits) */
+    GP_ERR_PAUSED = -13,       /* an allocation in a paused tenant (gp_tenant_pause) */
     GP_ERR_CORRUPT = -14       /* gp_check found broken metadata (a bug in gpupool) */
 };
 
@@ -64,8 +64,8 @@ GP_API const char *gp_last_error(void);
 /* ---- pool lifetime ---------------------------------------------------------------------------- */
 
 /*
- * Creates a pool for `device` on the backend named `backend` ("cuda" or "sim"; NULL takes the
- * `backend` configuration key, whose default is "cuda"). `config` is a "key:value,key:value" string;
+ * Creates a pool for `device` on the backend named `backend` ("cuda", "vmm", "sim" or "sim-vmm"; NULL
+ * takes the `backend` configuration key, whose default is "cuda"). `config` is a "key:value,key:value" string;
  * the GPUPOOL_CONF environment variable is read first and `config` overrides it key by key. Sizes take
  * B, KiB, MiB, GiB (or K, M, G) suffixes. An unknown key or a bad value fails with GP_ERR_CONFIG.
  * The keys are listed by gp_config_help().
@@ -197,40 +197,48 @@ GP_API int gp_tenant_name(gp_pool *pool, size_t index, char *buf, size_t len);
 #define GP_STATS_VERSION 1
 #define GP_SIZE_CLASS_COUNT 64 /* request-size buckets: bucket k counts [256 << k, 512 << k); 0 also < 256 */
 
+/*
+ * The scalar fields of gp_stats, in order: X(name, unit, what). This one list makes the struct below,
+ * the keys of gp_stats_json and the lines of gp_stats_print (unit: BYTES are printed as sizes, COUNT as
+ * numbers). Key names follow PyTorch's torch.cuda.memory_stats where the meaning is the same.
+ */
+#define GP_STATS_FIELDS(X)                                                                                     \
+    X(allocated_bytes, BYTES, "live: rounded sizes of blocks handed out and not freed")                       \
+    X(allocated_bytes_peak, BYTES, "exact with one stream; with several, it may miss up to 16 MiB per other "  \
+                                   "active stream (streams keep their counts apart so that their fast paths " \
+                                   "share no cache line)")                                                     \
+    X(requested_bytes, BYTES, "live: sizes as requested")                                                      \
+    X(reserved_bytes, BYTES, "device memory held by the pool")                                                 \
+    X(reserved_bytes_peak, BYTES, "peak of reserved_bytes")                                                    \
+    X(cached_bytes, BYTES, "reserved - allocated: free or pending blocks")                                     \
+    X(pending_bytes, BYTES, "freed blocks waiting for events on other streams")                                \
+    X(active_blocks, COUNT, "live blocks")                                                                     \
+    X(segments, COUNT, "device allocations held (virtual ranges on vmm backends)")                            \
+    X(num_allocs, COUNT, "successful gp_alloc calls with size > 0")                                            \
+    X(num_frees, COUNT, "successful gp_free calls of live blocks")                                             \
+    X(num_device_allocs, COUNT, "device allocate calls that succeeded")                                        \
+    X(num_device_frees, COUNT, "device free calls that succeeded")                                             \
+    X(num_alloc_retries, COUNT, "allocations that released cached memory and retried")                         \
+    X(num_ooms, COUNT, "allocations that failed with GP_ERR_OOM")                                              \
+    X(num_stream_steals, COUNT, "free segments moved from one stream to another")                              \
+    X(num_stream_waits, COUNT, "times a stream was made to wait on another stream's event")                    \
+    X(num_events_created, COUNT, "device events created (they are pooled)")                                    \
+    X(streams, COUNT, "streams seen")                                                                          \
+    X(mapped_bytes, BYTES, "vmm backends: physical memory mapped into the pool's ranges (0 otherwise)")        \
+    X(unmapped_cached_bytes, BYTES, "vmm backends: physical memory kept unmapped for reuse (reserved - mapped)") \
+    X(num_maps, COUNT, "vmm backends: pages mapped")                                                           \
+    X(num_unmaps, COUNT, "vmm backends: pages unmapped")                                                       \
+    X(num_stitches, COUNT, "vmm backends: requests served by moving cached free pages into a new range")       \
+    X(idle_released_bytes, BYTES, "bytes given back by idle_release and release_threshold")                    \
+    X(paused_bytes, BYTES, "blocks of paused tenants, which hold no device memory while paused: "             \
+                           "allocated + cached == reserved + paused")
+
 typedef struct gp_stats {
     uint32_t size;    /* set by the caller to sizeof(gp_stats) */
     uint32_t version; /* set by the caller to GP_STATS_VERSION */
-
-    uint64_t allocated_bytes;      /* live: rounded sizes of blocks handed out and not freed */
-    uint64_t allocated_bytes_peak; /* exact with one stream; with several, it may miss up to 16 MiB per
-                                    * other active stream (streams keep their counts apart so that their
-                                    * fast paths share no cache line) */
-    uint64_t requested_bytes;      /* live: sizes as requested */
-    uint64_t reserved_bytes;       /* device memory held by the pool */
-    uint64_t reserved_bytes_peak;
-    uint64_t cached_bytes;         /* reserved - allocated: free or pending blocks */
-    uint64_t pending_bytes;        /* freed blocks waiting for events on other streams */
-    uint64_t active_blocks;        /* live blocks */
-    uint64_t segments;             /* device allocations held */
-    uint64_t num_allocs;           /* successful gp_alloc calls with size > 0 */
-    uint64_t num_frees;
-    uint64_t num_device_allocs;    /* device allocate calls that succeeded */
-    uint64_t num_device_frees;     /* device free calls that succeeded */
-    uint64_t num_alloc_retries;    /* allocations that released cached memory and retried */
-    uint64_t num_ooms;             /* allocations that failed with GP_ERR_OOM */
-    uint64_t num_stream_steals;    /* free segments moved from one stream to another */
-    uint64_t num_stream_waits;     /* times a stream was made to wait on another stream's event */
-    uint64_t num_events_created;   /* device events created (they are pooled) */
-    uint64_t streams;              /* streams seen */
-    /* virtual memory backends (vmm, sim-vmm); 0 otherwise */
-    uint64_t mapped_bytes;         /* physical memory mapped into the pool's ranges */
-    uint64_t unmapped_cached_bytes; /* physical memory kept unmapped for reuse (reserved - mapped) */
-    uint64_t num_maps;             /* pages mapped */
-    uint64_t num_unmaps;           /* pages unmapped */
-    uint64_t num_stitches;         /* requests served by moving cached free pages into a new range */
-    uint64_t idle_released_bytes;  /* bytes given back by idle_release and release_threshold */
-    uint64_t paused_bytes;         /* blocks of paused tenants, which hold no device memory while paused:
-                                    * allocated + cached == reserved + paused */
+#define GP_STATS_MEMBER_(name, unit, what) uint64_t name;
+    GP_STATS_FIELDS(GP_STATS_MEMBER_)
+#undef GP_STATS_MEMBER_
     uint64_t size_class_allocs[GP_SIZE_CLASS_COUNT]; /* allocations per power-of-two class */
 } gp_stats;
 

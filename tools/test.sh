@@ -79,6 +79,12 @@ run_ctest() {
     fi
 }
 
+# The layering of pool/ first (seconds; also the CTest test `layers`): an upward include fails at once.
+if ! python3 tools/check_layers.py; then
+    echo "test.sh: FAILED: pool/ breaks its layering (pool/README.md)" >&2
+    exit 1
+fi
+
 configure_build "$build"
 run_ctest plain "$build"
 

@@ -107,7 +107,7 @@ _SIG = {
     "gp_tenant_get_stats": (_c.c_int, [_P, _c.c_char_p, _c.POINTER(gp_tenant_stats)]),
     "gp_tenant_count": (_c.c_int, [_P, _c.POINTER(_c.c_size_t)]),
     "gp_tenant_name": (_c.c_int, [_P, _c.c_size_t, _c.c_char_p, _c.c_size_t]),
-    # the PyTorch glue (pool/torch_glue.c)
+    # the PyTorch glue (pool/torch/torch_glue.c)
     "gp_torch_malloc": (_P, [_c.c_ssize_t, _c.c_int, _P]),
     "gp_torch_free": (None, [_P, _c.c_ssize_t, _c.c_int, _P]),
     "gp_torch_record_stream": (None, [_P, _P]),

@@ -1,4 +1,4 @@
-"""The C entry points PyTorch calls (pool/torch_glue.c), driven through ctypes on the simulated GPU:
+"""The C entry points PyTorch calls (pool/torch/torch_glue.c), driven through ctypes on the simulated GPU:
 gp_torch_malloc / gp_torch_free and the hooks record_stream, empty_cache, memory fraction and init."""
 
 from __future__ import annotations

@@ -14,6 +14,10 @@ from _support import PYTHON_DIR, gpupool
 
 
 def run_python(code: str, env_extra: dict | None = None, pythonpath: str = PYTHON_DIR) -> subprocess.CompletedProcess:
+    """Runs `code` in a fresh interpreter that imports gpupool from `pythonpath`. It runs in that folder:
+    `python -c` puts the working directory first on sys.path, so from python/ (where CTest runs the
+    suite) it would import the checkout's package instead of a copy elsewhere, and find whatever
+    library the checkout's build folders hold."""
     env = dict(os.environ)
     env["PYTHONPATH"] = pythonpath
     env["PYTHONDONTWRITEBYTECODE"] = "1"
@@ -22,7 +26,8 @@ def run_python(code: str, env_extra: dict | None = None, pythonpath: str = PYTHO
             env.pop(k, None)
         else:
             env[k] = v
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60,
+                          cwd=pythonpath)
 
 
 class Loading(unittest.TestCase):

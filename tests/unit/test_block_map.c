@@ -5,7 +5,7 @@
 #include <criterion/criterion.h>
 #include <stdlib.h>
 
-#include "block_map.h"
+#include "ds/block_map.h"
 
 #define N 5000
 

@@ -5,8 +5,8 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "config.h"
-#include "error.h"
+#include "base/config.h"
+#include "base/error.h"
 
 Test(config, sizes_with_units)
 {

@@ -4,7 +4,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "heap.h"
+#include "ds/heap.h"
 
 #define MIB ((size_t)1 << 20)
 

@@ -1,5 +1,5 @@
 /*
- * test_sim.c — unit tests of the simulated GPU (pool/backend_sim.c, sim_memory.c, sim_clock.c),
+ * test_sim.c — unit tests of the simulated GPU (pool/sim/backend_sim.c, sim_memory.c, sim_clock.c),
  * driven directly through gp_backend_sim and gpupool_sim.h, without a pool.
  */
 #include <criterion/criterion.h>
@@ -9,8 +9,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "backend.h"
-#include "config.h"
+#include "backend/backend.h"
+#include "sim/sim_backend.h"
+#include "base/config.h"
 #include "gpupool_sim.h"
 
 #define MiB ((size_t)1 << 20)

@@ -1,6 +1,6 @@
 /*
  * test_sim_vmm.c — unit tests of the simulated GPU with virtual memory management ("sim-vmm":
- * pool/sim_vmm.c and its operations in backend_sim.c), driven directly through gp_backend_sim_vmm and
+ * pool/sim/sim_vmm.c and its operations in backend_sim.c), driven directly through gp_backend_sim_vmm and
  * gpupool_sim.h, without a pool.
  */
 #include <criterion/criterion.h>
@@ -10,8 +10,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "backend.h"
-#include "config.h"
+#include "backend/backend.h"
+#include "sim/sim_backend.h"
+#include "base/config.h"
 #include "gpupool_sim.h"
 
 #define MiB ((size_t)1 << 20)

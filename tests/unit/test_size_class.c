@@ -4,7 +4,7 @@
 #include <criterion/criterion.h>
 #include <stdint.h>
 
-#include "size_class.h"
+#include "ds/size_class.h"
 
 Test(size_class, rounding_to_granule)
 {

@@ -1,5 +1,5 @@
 /*
- * test_trace.c — the trace CSV reader (cli/trace.c) and the allocation-log writer (pool/trace_log.c):
+ * test_trace.c — the trace CSV reader (cli/trace.c) and the allocation-log writer (pool/base/trace_log.c):
  * both time formats, malformed lines reported as FILE:LINE, frees of unknown pointers counted, and
  * logs written by gp_trace_log read back unchanged (also from several threads at once).
  */
@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "trace.h"
-#include "trace_log.h"
+#include "base/trace_log.h"
 
 static int parse(gp_trace *t, const char *text, char *err, size_t errlen)
 {

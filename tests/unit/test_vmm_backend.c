@@ -1,5 +1,5 @@
 /*
- * test_vmm_backend.c — unit tests of the "vmm" backend (pool/backend_vmm.c): the CUDA driver's virtual
+ * test_vmm_backend.c — unit tests of the "vmm" backend (pool/backend/backend_vmm.c): the CUDA driver's virtual
  * memory API reached through the runtime.
  *
  * Without a driver (CI) open() must fail cleanly with GP_ERR_BACKEND and say why; the GPU round trip
@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "config.h"
+#include "backend/backend.h"
+#include "base/config.h"
 #include "gpupool.h"
 
 #ifdef GPUPOOL_WITH_CUDA

@@ -1,0 +1,107 @@
+/*
+ * alloc.c — gp_alloc: the fast path (the caller's (stream, tenant) heap: a quick list or the free
+ * lists, one lock, no device call) and the slow path (pool lock: maintenance, then the provider's
+ * growth chain: pending frees, tenant admission, other streams' free segments, a new device segment,
+ * release and retry in provider/segment.c; pages in provider/vmm.c).
+ */
+#include <assert.h>
+#include <stdlib.h>
+
+#include "api/api.h"
+#include "base/error.h"
+#include "base/format.h"
+#include "ds/size_class.h"
+#include "provider/pending.h"
+#include "provider/provider.h"
+
+/* An allocation in a tenant whose gate is closed: paused, or over a max that was lowered. Gives the
+ * tenant's cache back and reopens the gate when it fits again. */
+static int gated(gp_pool_state *p, gp_tenant *t, size_t size)
+{
+    pthread_mutex_lock(&p->lock);
+    int rc = GP_OK;
+    if (t->paused) {
+        rc = gp_error_set(GP_ERR_PAUSED, "gp_alloc: tenant '%s' is paused: resume it before allocating (request %zu bytes)",
+                          t->name, size);
+    } else {
+        size_t held = atomic_load(&t->held), max = atomic_load(&t->max);
+        if (max != 0 && held > max)
+            rc = gp_provider_admit(p, t, held - max, size); /* trims; refuses while it cannot fit */
+        gp_tenant_update_gate(t);
+        if (rc == GP_OK && atomic_load(&t->gate) != GP_OK) {
+            atomic_fetch_add(&t->refusals, 1);
+            rc = gp_error_set(GP_ERR_QUOTA, "tenant '%s' over budget: it holds more than its lowered max of %zu bytes",
+                              t->name, max);
+        }
+    }
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+
+/* The slow path: called with no lock held. Maintenance first (a failure to give memory back does not
+ * fail the allocation), then the provider's growth chain (provider/segment.c, provider/vmm.c). */
+static int alloc_slow(gp_pool_state *p, gp_stream_state *st, size_t size, size_t rsize, bool small, void **out)
+{
+    pthread_mutex_lock(&p->lock);
+    int failed;
+    gp_maintain_locked(p, &failed);
+    int rc = p->provider->alloc(p, st, size, rsize, small, out);
+    if (rc == GP_ERR_QUOTA)
+        atomic_fetch_add(&st->tenant->refusals, 1);
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+
+GP_API int gp_alloc(gp_pool *pool, void **out, size_t size, gp_stream stream)
+{
+    if (out == NULL)
+        return gp_error_set(GP_ERR_INVALID, "gp_alloc: out is NULL");
+    *out = NULL;
+    gp_pool_state *p = NULL;
+    int rc = gp_pool_enter(pool, "gp_alloc", &p);
+    if (rc != GP_OK)
+        return rc;
+    if (size == 0)
+        return GP_OK;
+    size_t rsize = gp_round_granule(size);
+    if (rsize == 0 || rsize > p->device_total) {
+        char total[GP_SIZE_TEXT_MAX];
+        return gp_error_set(GP_ERR_INVALID, "gp_alloc: %zu bytes on stream %p is more than the device has (%s)",
+                            size, stream, gp_format_size(p->device_total, total));
+    }
+    gp_stream_state *st;
+    rc = gp_pool_current_state(p, stream, true, &st);
+    if (rc != GP_OK)
+        return rc;
+    bool small = rsize <= p->cfg.small_size;
+    if (atomic_load_explicit(&st->tenant->gate, memory_order_relaxed) != GP_OK) {
+        rc = gated(p, st->tenant, size);
+        if (rc != GP_OK) {
+            if (p->log != NULL)
+                gp_trace_log_event(p->log, GP_TRACE_ALLOCATE_FAILURE, 0, size, stream);
+            return rc;
+        }
+    }
+
+    pthread_mutex_lock(&st->lock);
+    if (atomic_load_explicit(&st->pending_count, memory_order_relaxed) != 0)
+        gp_pending_collect(p, st, p->cfg.pending_scan);
+    gp_block *b = NULL;
+    if (gp_block_map_reserve(&st->live)) {
+        gp_heap *heap = gp_heap_of(st, small);
+        b = gp_heap_quick_take(heap, rsize); /* a small size freed before: no split */
+        if (b == NULL)
+            b = gp_heap_take(heap, &st->blocks, rsize);
+    }
+    if (b != NULL) {
+        gp_hand_out(p, st, b, size);
+        *out = (void *)b->addr;
+    }
+    pthread_mutex_unlock(&st->lock);
+    if (b == NULL)
+        rc = alloc_slow(p, st, size, rsize, small, out);
+    if (p->log != NULL)
+        gp_trace_log_event(p->log, rc == GP_OK ? GP_TRACE_ALLOCATE : GP_TRACE_ALLOCATE_FAILURE,
+                           (uintptr_t)*out, size, stream);
+    return rc;
+}

@@ -1,0 +1,103 @@
+/*
+ * current.c — the calling thread's view of a pool: its current tenant (a per-thread stack of
+ * gp_tenant_push frames, else the stream's binding, else "default") and its state for a stream, found
+ * through a one-entry per-thread cache or registered on first use.
+ */
+#include <string.h>
+
+#include "api/api.h"
+#include "base/error.h"
+
+/* The calling thread's current tenants, innermost last (one stack for all pools). */
+typedef struct tenant_frame {
+    const gp_pool_state *pool;
+    unsigned tenant;
+} tenant_frame;
+
+static _Thread_local tenant_frame tenant_stack[GP_TENANT_STACK_MAX];
+static _Thread_local unsigned tenant_depth;
+/* Bumped by every push and pop of the calling thread (state caches compare it). */
+static _Thread_local uint64_t thread_tenant_generation;
+
+unsigned gp_tenant_resolve(gp_pool_state *p, gp_stream stream)
+{
+    for (unsigned i = tenant_depth; i-- > 0;)
+        if (tenant_stack[i].pool == p)
+            return tenant_stack[i].tenant;
+    gp_binding *b = gp_tenant_binding_find(&p->tenants, stream);
+    if (b != NULL) {
+        unsigned t = atomic_load_explicit(&b->tenant, memory_order_relaxed);
+        if (t < GP_MAX_TENANTS)
+            return t;
+    }
+    return 0;
+}
+
+
+int gp_current_tenant_push(gp_pool_state *p, unsigned index)
+{
+    if (tenant_depth >= GP_TENANT_STACK_MAX)
+        return gp_error_set(GP_ERR_INVALID, "gp_tenant_push: tenants nest at most %d deep in one thread",
+                            GP_TENANT_STACK_MAX);
+    tenant_stack[tenant_depth++] = (tenant_frame){p, index};
+    thread_tenant_generation++;
+    return GP_OK;
+}
+
+bool gp_current_tenant_pop(gp_pool_state *p)
+{
+    for (unsigned i = tenant_depth; i-- > 0;) {
+        if (tenant_stack[i].pool != p)
+            continue;
+        memmove(&tenant_stack[i], &tenant_stack[i + 1], (tenant_depth - i - 1) * sizeof tenant_stack[0]);
+        tenant_depth--;
+        thread_tenant_generation++;
+        return true;
+    }
+    return false;
+}
+
+int gp_pool_stream(gp_pool_state *p, gp_stream handle, unsigned tenant, gp_stream_state **out)
+{
+    gp_tenant *t = p->tenants.tenants[tenant];
+    gp_stream_state *st = gp_stream_find(&p->streams, handle, t);
+    if (st != NULL) {
+        *out = st;
+        return GP_OK;
+    }
+    pthread_mutex_lock(&p->lock);
+    st = gp_stream_find(&p->streams, handle, t);
+    int rc = st != NULL ? GP_OK : gp_stream_add(&p->streams, handle, t, &st);
+    pthread_mutex_unlock(&p->lock);
+    if (rc == GP_OK)
+        *out = st;
+    return rc;
+}
+
+static _Thread_local struct state_cache {
+    uint64_t pool_serial, tenant_generation, bind_epoch;
+    gp_stream stream;
+    gp_stream_state *st;
+} state_cache;
+
+int gp_pool_current_state(gp_pool_state *p, gp_stream stream, bool add, gp_stream_state **out)
+{
+    uint64_t epoch = atomic_load_explicit(&p->tenants.bind_epoch, memory_order_acquire);
+    struct state_cache *c = &state_cache;
+    if (c->st != NULL && c->pool_serial == p->serial && c->stream == stream &&
+        c->tenant_generation == thread_tenant_generation && c->bind_epoch == epoch) {
+        *out = c->st;
+        return GP_OK;
+    }
+    unsigned tenant = gp_tenant_resolve(p, stream);
+    gp_stream_state *st = NULL;
+    int rc = GP_OK;
+    if (add)
+        rc = gp_pool_stream(p, stream, tenant, &st);
+    else
+        st = gp_stream_find(&p->streams, stream, p->tenants.tenants[tenant]);
+    if (rc == GP_OK && st != NULL)
+        *c = (struct state_cache){p->serial, thread_tenant_generation, epoch, stream, st};
+    *out = st;
+    return rc;
+}

@@ -1,0 +1,274 @@
+/*
+ * free.c — gp_free and gp_record_stream: stream-ordered return of blocks to the cache.
+ *
+ * A block freed on the stream that allocated it, and used on no other stream, goes straight back to
+ * that stream's heap: later allocations on the stream are ordered after its earlier work, so reuse is
+ * immediate and needs no event. A block used on other streams (gp_record_stream, or a free on another
+ * stream) becomes PENDING: an event is recorded on each of those streams, and the block returns to its
+ * owner's heap only when every one of them has completed (queried, never waited for, on the hot path).
+ */
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api.h"
+#include "base/error.h"
+#include "base/format.h"
+#include "base/list.h"
+#include "provider/pending.h"
+
+/* Uses are streams: states of two tenants on one stream are the same use. */
+static bool has_use(gp_block *b, gp_stream_state *st)
+{
+    gp_stream_state **uses = gp_block_uses(b);
+    for (unsigned i = 0; i < b->use_count; i++)
+        if (uses[i]->handle == st->handle)
+            return true;
+    return false;
+}
+
+/* Makes room for one more use; false when host memory is out (nothing changed). */
+static bool reserve_use(gp_block *b)
+{
+    unsigned capacity = b->uses != NULL ? b->use_capacity : GP_BLOCK_INLINE_USES;
+    if (b->use_count < capacity)
+        return true;
+    unsigned grown = capacity * 2;
+    gp_stream_state **uses = malloc(grown * sizeof *uses);
+    gp_event *events = malloc(grown * sizeof *events);
+    if (uses == NULL || events == NULL) {
+        free(uses);
+        free(events);
+        return false;
+    }
+    memcpy(uses, gp_block_uses(b), b->use_count * sizeof *uses);
+    free(b->uses);
+    free(b->events);
+    b->uses = uses;
+    b->events = events;
+    b->use_capacity = grown;
+    return true;
+}
+
+/* Accounts for a LIVE block that stops being live. */
+static void retire(gp_pool_state *p, gp_stream_state *owner, gp_block *b)
+{
+    gp_account(p, owner, -(int64_t)b->size);
+    owner->requested_bytes -= b->requested;
+    owner->num_frees++;
+}
+
+/*
+ * Frees b (LIVE, just removed from owner->live; owner locked) whose last uses are on its recorded
+ * streams and on `also` (NULL or a stream other than the owner). Records one event per such stream and
+ * queues b as PENDING. On failure nothing has changed: the caller puts b back in the map.
+ */
+static int free_pending(gp_pool_state *p, gp_stream_state *owner, gp_block *b, gp_stream_state *also)
+{
+    unsigned before = b->use_count;
+    if (also != NULL && also->handle != owner->handle && !has_use(b, also)) {
+        if (!reserve_use(b))
+            return gp_error_set(GP_ERR_INVALID, "gp_free: out of host memory to record the use on stream %p",
+                                also->handle);
+        gp_block_uses(b)[b->use_count++] = also;
+    }
+    gp_stream_state **uses = gp_block_uses(b);
+    gp_event *events = gp_block_events(b);
+    unsigned recorded = 0;
+    int rc = GP_OK;
+    for (; recorded < b->use_count; recorded++) {
+        rc = gp_event_pool_get(&p->events, &events[recorded]);
+        if (rc != GP_OK)
+            break;
+        rc = p->ops->event_record(p->ctx, events[recorded], uses[recorded]->handle);
+        if (rc != GP_OK) {
+            gp_event_pool_put(&p->events, events[recorded]);
+            break;
+        }
+    }
+    if (rc != GP_OK) {
+        for (unsigned i = 0; i < recorded; i++)
+            gp_event_pool_put(&p->events, events[i]);
+        b->use_count = before;
+        gp_error_append(" (gp_free of %p: the block stays allocated; free it again later)", (void *)b->addr);
+        return rc;
+    }
+    retire(p, owner, b);
+    b->state = GP_BLOCK_PENDING;
+    GP_LIST_APPEND(owner->pending, owner->pending_tail, b, list_prev, list_next);
+    owner->pending_bytes += b->size;
+    atomic_fetch_add_explicit(&owner->pending_count, 1, memory_order_relaxed);
+    return GP_OK;
+}
+
+int gp_diagnose_pointer(gp_pool_state *p, uintptr_t addr, const char *fn)
+{
+    gp_segment *seg = p->segments_head;
+    while (seg != NULL && !(addr >= seg->addr && addr < seg->addr + seg->size))
+        seg = seg->next;
+    if (seg == NULL)
+        return gp_error_set(GP_ERR_NOT_OWNED, "%s: %p was not allocated by this pool (it lies in none of its %zu segments)",
+                            fn, (void *)addr, p->segment_count);
+    gp_stream_state *owner = seg->owner;
+    pthread_mutex_lock(&owner->lock);
+    gp_block *b = seg->first;
+    while (b != NULL && !(addr >= b->addr && addr < b->addr + b->size))
+        b = b->next;
+    assert(b != NULL); /* the blocks tile the segment */
+    char size[GP_SIZE_TEXT_MAX];
+    gp_format_size(b->size, size);
+    int rc;
+    if (b->state == GP_BLOCK_UNMAPPED)
+        rc = gp_error_set(GP_ERR_NOT_OWNED, "%s: %p lies in an unmapped part of the pool's address range at %p (%s)",
+                          fn, (void *)addr, (void *)b->addr, size);
+    else if (b->state == GP_BLOCK_LIVE && b->addr != addr)
+        rc = gp_error_set(GP_ERR_INTERIOR, "%s: %p points %zu bytes into the live block at %p (%s); pass the block's start",
+                          fn, (void *)addr, (size_t)(addr - b->addr), (void *)b->addr, size);
+    else if (b->state == GP_BLOCK_LIVE) /* live, but allocated after this call looked for it */
+        rc = gp_error_set(GP_ERR_DOUBLE_FREE, "%s: %p was free when the call began (double free racing an allocation)",
+                          fn, (void *)addr);
+    else /* freed blocks coalesce, so a stale pointer may lie anywhere in a free one */
+        rc = gp_error_set(GP_ERR_DOUBLE_FREE, "%s: %p lies in a %s block (at %p, %s): double free", fn, (void *)addr,
+                          b->state == GP_BLOCK_PENDING ? "freed (pending)" : "free", (void *)b->addr, size);
+    pthread_mutex_unlock(&owner->lock);
+    return rc;
+}
+
+/* Frees addr if `owner` (not locked) holds it live; GP_ERR_NOT_OWNED if not. */
+static int free_from(gp_pool_state *p, gp_stream_state *owner, uintptr_t addr, gp_stream stream,
+                     gp_stream_state *user, size_t *requested)
+{
+    int rc = GP_ERR_NOT_OWNED;
+    pthread_mutex_lock(&owner->lock);
+    gp_block *b = gp_block_map_remove(&owner->live, addr);
+    if (b != NULL) {
+        *requested = b->requested;
+        if (owner->handle == stream && b->use_count == 0) {
+            retire(p, owner, b);
+            gp_block_to_heap(p, owner, b);
+            rc = GP_OK;
+        } else {
+            rc = free_pending(p, owner, b, user);
+            if (rc != GP_OK)
+                gp_block_map_insert(&owner->live, b); /* the slot it left is still there */
+        }
+    }
+    pthread_mutex_unlock(&owner->lock);
+    return rc;
+}
+
+/*
+ * The free of a block that state `st` (NULL: the stream has no state for this thread's tenant) did not
+ * allocate: find its owner among all states, those of the same stream (other tenants: a free from a
+ * thread without the block's tenant, such as PyTorch's autograd thread) first. On the same stream it is
+ * an ordinary free; on another stream its last use is ordered on `stream`. A live block's owner never
+ * changes, so each state is searched under its own lock alone; the pool lock is taken only to say why
+ * a pointer is not live.
+ */
+static int free_slow(gp_pool_state *p, uintptr_t addr, gp_stream stream, gp_stream_state *st, size_t *requested)
+{
+    unsigned count = atomic_load(&p->streams.count);
+    gp_stream_state *user = st;
+    for (unsigned i = 0; i < count && user == NULL; i++)
+        if (p->streams.by_index[i]->handle == stream)
+            user = p->streams.by_index[i];
+    int rc = GP_ERR_NOT_OWNED;
+    for (int same_stream = 1; same_stream >= 0 && rc == GP_ERR_NOT_OWNED; same_stream--)
+        for (unsigned i = 0; i < count && rc == GP_ERR_NOT_OWNED; i++) {
+            gp_stream_state *owner = p->streams.by_index[i];
+            if (owner != st && (owner->handle == stream) == same_stream)
+                rc = free_from(p, owner, addr, stream, user, requested);
+        }
+    if (rc == GP_ERR_NOT_OWNED) {
+        pthread_mutex_lock(&p->lock);
+        rc = gp_diagnose_pointer(p, addr, "gp_free");
+        pthread_mutex_unlock(&p->lock);
+    }
+    return rc;
+}
+
+GP_API int gp_free(gp_pool *pool, void *ptr, gp_stream stream)
+{
+    gp_pool_state *p = NULL;
+    int rc = gp_pool_enter(pool, "gp_free", &p);
+    if (rc != GP_OK || ptr == NULL)
+        return rc;
+    gp_stream_state *st = NULL;
+    gp_pool_current_state(p, stream, false, &st);
+    if (st == NULL && !gp_stream_seen(&p->streams, stream))
+        return gp_error_set(GP_ERR_UNKNOWN_STREAM,
+                            "gp_free(%p): stream %p was never used with this pool (allocate or record_stream on it first)",
+                            ptr, stream);
+    uintptr_t addr = (uintptr_t)ptr;
+    size_t requested = 0;
+    bool maintain = false;
+    gp_block *b = NULL;
+    if (st == NULL)
+        goto slow;
+    pthread_mutex_lock(&st->lock);
+    b = gp_block_map_remove(&st->live, addr);
+    if (b != NULL) {
+        requested = b->requested;
+        if (p->maintains && ++st->frees_since_maintain >= GP_MAINTAIN_FREES) {
+            st->frees_since_maintain = 0;
+            maintain = true;
+        }
+        if (b->use_count == 0) {
+            retire(p, st, b);
+            gp_block_to_heap(p, st, b);
+        } else {
+            rc = free_pending(p, st, b, NULL);
+            if (rc != GP_OK)
+                gp_block_map_insert(&st->live, b);
+        }
+    }
+    pthread_mutex_unlock(&st->lock);
+    if (maintain && pthread_mutex_trylock(&p->lock) == 0) { /* never wait for it on a free */
+        int failed;
+        gp_maintain_locked(p, &failed);
+        pthread_mutex_unlock(&p->lock);
+    }
+slow:
+    if (b == NULL)
+        rc = free_slow(p, addr, stream, st, &requested);
+    if (rc == GP_OK && p->log != NULL)
+        gp_trace_log_event(p->log, GP_TRACE_FREE, addr, requested, stream);
+    return rc;
+}
+
+GP_API int gp_record_stream(gp_pool *pool, void *ptr, gp_stream stream)
+{
+    gp_pool_state *p = NULL;
+    int rc = gp_pool_enter(pool, "gp_record_stream", &p);
+    if (rc != GP_OK)
+        return rc;
+    if (ptr == NULL)
+        return gp_error_set(GP_ERR_INVALID, "gp_record_stream: ptr is NULL");
+    gp_stream_state *user;
+    rc = gp_pool_current_state(p, stream, true, &user);
+    if (rc != GP_OK)
+        return rc;
+    uintptr_t addr = (uintptr_t)ptr;
+    /* A live block's owner never changes, so each stream can be searched under its own lock alone. */
+    unsigned count = atomic_load(&p->streams.count);
+    for (unsigned i = 0; i < count; i++) {
+        gp_stream_state *owner = p->streams.by_index[i];
+        pthread_mutex_lock(&owner->lock);
+        gp_block *b = gp_block_map_find(&owner->live, addr);
+        if (b != NULL) {
+            if (user->handle != owner->handle && !has_use(b, user)) {
+                if (reserve_use(b))
+                    gp_block_uses(b)[b->use_count++] = user;
+                else
+                    rc = gp_error_set(GP_ERR_INVALID, "gp_record_stream: out of host memory for %p", ptr);
+            }
+            pthread_mutex_unlock(&owner->lock);
+            return rc;
+        }
+        pthread_mutex_unlock(&owner->lock);
+    }
+    pthread_mutex_lock(&p->lock);
+    rc = gp_diagnose_pointer(p, addr, "gp_record_stream");
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}

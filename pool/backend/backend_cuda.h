@@ -1,0 +1,54 @@
+/*
+ * backend_cuda.h — what backend_cuda.c shares with the other CUDA backend, backend_vmm.c.
+ *
+ * Only for files built with GPUPOOL_WITH_CUDA. The "vmm" backend is the "cuda" backend's operations
+ * (events, streams, mem_alloc/mem_free, mem_info) plus the driver's virtual memory API: its context
+ * begins with a gp_cuda_ctx, so the gp_cuda_* operations below accept it as their `ctx` (a pointer to
+ * a structure also points to its first member).
+ */
+#ifndef GP_BACKEND_CUDA_H
+#define GP_BACKEND_CUDA_H
+
+#include <cuda_runtime_api.h>
+
+#include "backend/backend.h"
+
+/* The "cuda" backend's instance: which device it serves, and the backend's name for messages
+ * ("cuda" or "vmm"). Immutable after open(). */
+typedef struct gp_cuda_ctx {
+    int device;
+    const char *name;
+} gp_cuda_ctx;
+
+/* Clears `err` from the calling thread's runtime error state when it is the pending one (i.e. the
+ * caller caused it and it is not sticky). */
+void gp_cuda_clear_own_error(cudaError_t err);
+
+/* Makes ctx's device current for the calling thread; *prev receives the device that was current, for
+ * gp_cuda_device_leave. On failure sets the message (naming ctx->name and `op`) and returns
+ * GP_ERR_DEVICE; nothing needs undoing. */
+int gp_cuda_device_enter(const gp_cuda_ctx *ctx, const char *op, int *prev);
+void gp_cuda_device_leave(const gp_cuda_ctx *ctx, int prev);
+
+/* Checks that `device` exists and initialises its primary context (cudaFree(NULL)), then fills *out.
+ * GP_ERR_BACKEND with "<name> backend unavailable: ..." when the runtime, the driver or the device
+ * cannot be used. */
+int gp_cuda_open_device(const char *name, int device, gp_cuda_ctx *out);
+
+/* The "cuda" backend's operations (backend.h), for any context that begins with a gp_cuda_ctx. */
+int gp_cuda_mem_alloc(void *ctx, size_t size, gp_devptr *out);
+int gp_cuda_mem_free(void *ctx, gp_devptr ptr, size_t size);
+int gp_cuda_mem_info(void *ctx, size_t *free_bytes, size_t *total_bytes);
+int gp_cuda_event_create(void *ctx, gp_event *out);
+int gp_cuda_event_destroy(void *ctx, gp_event ev);
+int gp_cuda_event_record(void *ctx, gp_event ev, gp_stream stream);
+int gp_cuda_event_query(void *ctx, gp_event ev);
+int gp_cuda_event_synchronize(void *ctx, gp_event ev);
+int gp_cuda_stream_wait_event(void *ctx, gp_stream stream, gp_event ev);
+
+int gp_cuda_copy_to_host(void *ctx, void *host, gp_devptr src, size_t size);
+int gp_cuda_copy_to_device(void *ctx, gp_devptr dst, const void *host, size_t size);
+int gp_cuda_host_alloc(void *ctx, size_t size, void **out);
+int gp_cuda_host_free(void *ctx, void *ptr, size_t size);
+
+#endif /* GP_BACKEND_CUDA_H */

@@ -1,0 +1,490 @@
+/*
+ * backend_vmm.c — the "vmm" backend: the "cuda" backend plus CUDA's virtual memory management
+ * (cuMemCreate / cuMemAddressReserve / cuMemMap / cuMemSetAccess / cuMemUnmap / cuMemRelease /
+ * cuMemAddressFree), so that the pool can reserve address space once and map and unmap physical
+ * pages in it (expandable segments, stitching).
+ *
+ * The driver API is reached without linking libcuda: the statically linked runtime hands out the
+ * driver's entry points (cudaGetDriverEntryPointByVersion), resolved once per process on the first
+ * open(). <cuda.h> and <cudaTypedefs.h> are used for types and enums only. On a machine without a
+ * driver (or with one older than GP_VMM_DRIVER_VERSION) open() fails with GP_ERR_BACKEND and says
+ * which symbol could not be resolved and why; every later open() gives the same answer.
+ *
+ * Events, streams, mem_alloc/mem_free and mem_info are the "cuda" backend's (backend_cuda.h): the
+ * context begins with a gp_cuda_ctx. Driver calls need a current context: every operation makes the
+ * pool's device current with the runtime (gp_cuda_device_enter: cudaSetDevice makes the device's
+ * primary context current; open() initialised it with cudaFree(NULL)) and restores the caller's after.
+ *
+ * Errors: every message names the driver call, its arguments and the driver's error name and string
+ * (cuGetErrorName / cuGetErrorString). CUDA_ERROR_OUT_OF_MEMORY from cuMemCreate and
+ * cuMemAddressReserve is GP_ERR_OOM, every other failure GP_ERR_DEVICE. Driver calls do not touch the
+ * runtime's per-thread last error, so there is nothing to clear after them.
+ *
+ * unmap() synchronises the device first: cuMemUnmap does not wait for work still queued on the range
+ * (unlike cudaFree; PyTorch's expandable segments observe the same and synchronise), and a kernel that
+ * touches an address after it was unmapped faults with a sticky error that ends the context. The pool
+ * only unmaps memory no stream of its own uses any more, but the work that last used it may still be
+ * in flight on any stream (other threads', the application's), and the pool does not know them all.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime_api.h>
+
+#include "backend/backend.h"
+#include "backend/backend_cuda.h"
+#include "base/error.h"
+#include "base/format.h"
+
+/* The CUDA version whose ABI of each entry point is asked for (12.0: every symbol below exists in it
+ * with the signature of the typedefs used; the runtime this library links needs a newer driver
+ * anyway). */
+#define GP_VMM_DRIVER_VERSION 12000
+
+/* ---- the driver's entry points, resolved once per process -------------------------------------- */
+
+static struct {
+    PFN_cuGetErrorName_v6000 get_error_name;
+    PFN_cuGetErrorString_v6000 get_error_string;
+    PFN_cuMemGetAllocationGranularity_v10020 get_allocation_granularity;
+    PFN_cuMemCreate_v10020 create;
+    PFN_cuMemRelease_v10020 release;
+    PFN_cuMemAddressReserve_v10020 address_reserve;
+    PFN_cuMemAddressFree_v10020 address_free;
+    PFN_cuMemMap_v10020 map;
+    PFN_cuMemSetAccess_v10020 set_access;
+    PFN_cuMemUnmap_v10020 unmap;
+} driver;
+
+static pthread_once_t driver_once = PTHREAD_ONCE_INIT;
+static int driver_status = GP_ERR_BACKEND;  /* written once, inside driver_once */
+static char driver_message[512];            /* why resolution failed; "" when it succeeded */
+
+/* A function pointer is written from the void * the runtime returns with memcpy: ISO C has no
+ * conversion between object and function pointers; POSIX guarantees they share a representation. */
+_Static_assert(sizeof(void *) == sizeof(PFN_cuMemCreate_v10020), "function and object pointers differ in size");
+
+static void resolve_driver(void)
+{
+    const struct {
+        const char *symbol;
+        void *slot; /* the address of the function pointer in `driver` */
+    } table[] = {
+        {"cuGetErrorName", &driver.get_error_name},
+        {"cuGetErrorString", &driver.get_error_string},
+        {"cuMemGetAllocationGranularity", &driver.get_allocation_granularity},
+        {"cuMemCreate", &driver.create},
+        {"cuMemRelease", &driver.release},
+        {"cuMemAddressReserve", &driver.address_reserve},
+        {"cuMemAddressFree", &driver.address_free},
+        {"cuMemMap", &driver.map},
+        {"cuMemSetAccess", &driver.set_access},
+        {"cuMemUnmap", &driver.unmap},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+        void *fn = NULL;
+        enum cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
+        cudaError_t err = cudaGetDriverEntryPointByVersion(table[i].symbol, &fn, GP_VMM_DRIVER_VERSION,
+                                                           cudaEnableDefault, &status);
+        if (err != cudaSuccess) {
+            /* no driver: cudaErrorInsufficientDriver; a driver older than the version: InvalidValue */
+            gp_cuda_clear_own_error(err);
+            snprintf(driver_message, sizeof driver_message,
+                     "cudaGetDriverEntryPointByVersion(\"%s\", version %d, cudaEnableDefault): %s: %s",
+                     table[i].symbol, GP_VMM_DRIVER_VERSION, cudaGetErrorName(err), cudaGetErrorString(err));
+            memset(&driver, 0, sizeof driver);
+            return;
+        }
+        if (fn == NULL || status != cudaDriverEntryPointSuccess) {
+            snprintf(driver_message, sizeof driver_message,
+                     "cudaGetDriverEntryPointByVersion(\"%s\", version %d, cudaEnableDefault): %s",
+                     table[i].symbol, GP_VMM_DRIVER_VERSION,
+                     status == cudaDriverEntryPointVersionNotSufficent
+                         ? "the CUDA driver's version is not sufficient for this symbol"
+                         : "the CUDA driver has no such symbol");
+            memset(&driver, 0, sizeof driver);
+            return;
+        }
+        memcpy(table[i].slot, &fn, sizeof fn);
+    }
+    driver_status = GP_OK;
+}
+
+/* The driver's name and text for `res` ("CUDA_ERROR_OUT_OF_MEMORY", "out of memory"). */
+static void driver_error(CUresult res, const char **name, const char **text)
+{
+    *name = NULL;
+    *text = NULL;
+    if (driver.get_error_name == NULL || driver.get_error_name(res, name) != CUDA_SUCCESS || *name == NULL)
+        *name = "CUDA_ERROR_UNKNOWN_CODE";
+    if (driver.get_error_string == NULL || driver.get_error_string(res, text) != CUDA_SUCCESS || *text == NULL)
+        *text = "unrecognized error code";
+}
+
+/* ---- the instance ------------------------------------------------------------------------------ */
+
+typedef struct gp_vmm_ctx {
+    gp_cuda_ctx cuda;   /* first: the gp_cuda_* operations take this context as theirs */
+    size_t granularity; /* cuMemGetAllocationGranularity(MINIMUM) of the device's pinned memory */
+} gp_vmm_ctx;
+
+/* Physical memory of the pool's device: pinned, on the device, no shareable handle. */
+static CUmemAllocationProp device_memory_prop(int device)
+{
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = device;
+    return prop;
+}
+
+/* pre: device >= 0. post: *ctx serves `device` (primary context initialised, entry points resolved,
+ * granularity known). GP_ERR_BACKEND when the driver, its VMM API or the device cannot be used. */
+static int vmm_open(const struct gp_config *cfg, int device, void **out)
+{
+    (void)cfg;
+    pthread_once(&driver_once, resolve_driver);
+    if (driver_status != GP_OK)
+        return gp_error_set(GP_ERR_BACKEND,
+                            "vmm backend unavailable: cannot resolve the CUDA driver's virtual memory API "
+                            "through the runtime (is an NVIDIA driver installed?): %s",
+                            driver_message);
+
+    gp_vmm_ctx probe;
+    memset(&probe, 0, sizeof probe);
+    int rc = gp_cuda_open_device("vmm", device, &probe.cuda);
+    if (rc != GP_OK)
+        return rc;
+
+    int prev = -1;
+    rc = gp_cuda_device_enter(&probe.cuda, "open", &prev);
+    if (rc != GP_OK) {
+        gp_error_append(" (vmm backend unavailable for device %d)", device);
+        return GP_ERR_BACKEND;
+    }
+    CUmemAllocationProp prop = device_memory_prop(device);
+    size_t granularity = 0;
+    CUresult res = driver.get_allocation_granularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    gp_cuda_device_leave(&probe.cuda, prev);
+    if (res != CUDA_SUCCESS || granularity == 0) {
+        const char *name = "CUDA_SUCCESS", *text = "granularity 0";
+        if (res != CUDA_SUCCESS)
+            driver_error(res, &name, &text);
+        /* CUDA_ERROR_NOT_SUPPORTED: a device without virtual memory management */
+        return gp_error_set(GP_ERR_BACKEND,
+                            "vmm backend unavailable: cuMemGetAllocationGranularity(type=PINNED, "
+                            "location=device %d, MINIMUM): %s: %s",
+                            device, name, text);
+    }
+    probe.granularity = granularity;
+
+    gp_vmm_ctx *ctx = malloc(sizeof *ctx);
+    if (ctx == NULL)
+        return gp_error_set(GP_ERR_OOM, "vmm backend: out of host memory for its context (%zu bytes)",
+                            sizeof *ctx);
+    *ctx = probe;
+    *out = ctx;
+    return GP_OK;
+}
+
+/* pre: the pool has unmapped and released everything. The primary context stays. */
+static void vmm_close(void *ctx)
+{
+    free(ctx);
+}
+
+/* ---- virtual memory management ----------------------------------------------------------------- */
+
+static int vmm_granularity(void *opaque, size_t *out)
+{
+    const gp_vmm_ctx *ctx = opaque;
+    *out = ctx->granularity;
+    return GP_OK;
+}
+
+/* pre: size a multiple of the granularity. post: *out aligned to the granularity. */
+static int vmm_va_reserve(void *opaque, size_t size, gp_devptr *out)
+{
+    const gp_vmm_ctx *ctx = opaque;
+    char text[GP_SIZE_TEXT_MAX];
+    int prev = -1;
+    int rc = gp_cuda_device_enter(&ctx->cuda, "va_reserve", &prev);
+    if (rc != GP_OK)
+        return rc;
+    CUdeviceptr va = 0;
+    CUresult res = driver.address_reserve(&va, size, ctx->granularity, 0, 0);
+    gp_cuda_device_leave(&ctx->cuda, prev);
+    if (res != CUDA_SUCCESS) {
+        const char *name, *why;
+        driver_error(res, &name, &why);
+        return gp_error_set(res == CUDA_ERROR_OUT_OF_MEMORY ? GP_ERR_OOM : GP_ERR_DEVICE,
+                            "cuMemAddressReserve(size=%zu (%s), alignment=%zu, addr=0, flags=0) on device %d: "
+                            "%s: %s",
+                            size, gp_format_size(size, text), ctx->granularity, ctx->cuda.device, name, why);
+    }
+    *out = (gp_devptr)va;
+    return GP_OK;
+}
+
+/* pre: nothing mapped in [va, va+size), which va_reserve returned whole. */
+static int vmm_va_release(void *opaque, gp_devptr va, size_t size)
+{
+    const gp_vmm_ctx *ctx = opaque;
+    char text[GP_SIZE_TEXT_MAX];
+    int prev = -1;
+    int rc = gp_cuda_device_enter(&ctx->cuda, "va_release", &prev);
+    if (rc != GP_OK)
+        return rc;
+    CUresult res = driver.address_free((CUdeviceptr)va, size);
+    gp_cuda_device_leave(&ctx->cuda, prev);
+    if (res != CUDA_SUCCESS) {
+        const char *name, *why;
+        driver_error(res, &name, &why);
+        return gp_error_set(GP_ERR_DEVICE, "cuMemAddressFree(ptr=0x%llx, size=%zu (%s)) on device %d: %s: %s",
+                            (unsigned long long)va, size, gp_format_size(size, text), ctx->cuda.device, name,
+                            why);
+    }
+    return GP_OK;
+}
+
+/* pre: size a multiple of the granularity. GP_ERR_OOM when the device lacks the memory. */
+static int vmm_phys_create(void *opaque, size_t size, gp_phys *out)
+{
+    const gp_vmm_ctx *ctx = opaque;
+    char text[GP_SIZE_TEXT_MAX];
+    int prev = -1;
+    int rc = gp_cuda_device_enter(&ctx->cuda, "phys_create", &prev);
+    if (rc != GP_OK)
+        return rc;
+    CUmemAllocationProp prop = device_memory_prop(ctx->cuda.device);
+    CUmemGenericAllocationHandle handle = 0;
+    CUresult res = driver.create(&handle, size, &prop, 0);
+    gp_cuda_device_leave(&ctx->cuda, prev);
+    if (res != CUDA_SUCCESS) {
+        const char *name, *why;
+        driver_error(res, &name, &why);
+        return gp_error_set(res == CUDA_ERROR_OUT_OF_MEMORY ? GP_ERR_OOM : GP_ERR_DEVICE,
+                            "cuMemCreate(size=%zu (%s), type=PINNED, location=device %d, flags=0): %s: %s", size,
+                            gp_format_size(size, text), ctx->cuda.device, name, why);
+    }
+    *out = (gp_phys)handle;
+    return GP_OK;
+}
+
+/* pre: the handle is mapped nowhere (then cuMemRelease frees the memory at once). */
+static int vmm_phys_release(void *opaque, gp_phys handle)
+{
+    const gp_vmm_ctx *ctx = opaque;
+    int prev = -1;
+    int rc = gp_cuda_device_enter(&ctx->cuda, "phys_release", &prev);
+    if (rc != GP_OK)
+        return rc;
+    CUresult res = driver.release((CUmemGenericAllocationHandle)handle);
+    gp_cuda_device_leave(&ctx->cuda, prev);
+    if (res != CUDA_SUCCESS) {
+        const char *name, *why;
+        driver_error(res, &name, &why);
+        return gp_error_set(GP_ERR_DEVICE, "cuMemRelease(handle=0x%llx) on device %d: %s: %s",
+                            (unsigned long long)handle, ctx->cuda.device, name, why);
+    }
+    return GP_OK;
+}
+
+/* pre: [va, va+size) reserved and unmapped; size the handle's. post: readable and writable by the
+ * pool's device. On failure nothing stays mapped. */
+static int vmm_map(void *opaque, gp_devptr va, size_t size, gp_phys handle)
+{
+    const gp_vmm_ctx *ctx = opaque;
+    char text[GP_SIZE_TEXT_MAX];
+    int prev = -1;
+    int rc = gp_cuda_device_enter(&ctx->cuda, "map", &prev);
+    if (rc != GP_OK)
+        return rc;
+    CUresult res = driver.map((CUdeviceptr)va, size, 0, (CUmemGenericAllocationHandle)handle, 0);
+    if (res != CUDA_SUCCESS) {
+        gp_cuda_device_leave(&ctx->cuda, prev);
+        const char *name, *why;
+        driver_error(res, &name, &why);
+        return gp_error_set(GP_ERR_DEVICE,
+                            "cuMemMap(ptr=0x%llx, size=%zu (%s), offset=0, handle=0x%llx, flags=0) on device %d: "
+                            "%s: %s",
+                            (unsigned long long)va, size, gp_format_size(size, text),
+                            (unsigned long long)handle, ctx->cuda.device, name, why);
+    }
+
+    CUmemAccessDesc access;
+    memset(&access, 0, sizeof access);
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = ctx->cuda.device;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    res = driver.set_access((CUdeviceptr)va, size, &access, 1);
+    if (res != CUDA_SUCCESS) {
+        /* undo: a mapping nobody may access must not stay behind */
+        CUresult undo = driver.unmap((CUdeviceptr)va, size);
+        gp_cuda_device_leave(&ctx->cuda, prev);
+        const char *name, *why;
+        driver_error(res, &name, &why);
+        gp_error_set(GP_ERR_DEVICE,
+                     "cuMemSetAccess(ptr=0x%llx, size=%zu (%s), location=device %d, PROT_READWRITE) after "
+                     "cuMemMap(handle=0x%llx): %s: %s",
+                     (unsigned long long)va, size, gp_format_size(size, text), ctx->cuda.device,
+                     (unsigned long long)handle, name, why);
+        if (undo != CUDA_SUCCESS) {
+            driver_error(undo, &name, &why);
+            gp_error_append("; undoing it, cuMemUnmap(ptr=0x%llx, size=%zu) failed too: %s: %s",
+                            (unsigned long long)va, size, name, why);
+        }
+        return GP_ERR_DEVICE;
+    }
+    gp_cuda_device_leave(&ctx->cuda, prev);
+    return GP_OK;
+}
+
+/* pre: [va, va+size) is exactly one mapping made by vmm_map. Synchronises the device first (see the
+ * file's header: cuMemUnmap does not wait for work still using the range). */
+static int vmm_unmap(void *opaque, gp_devptr va, size_t size)
+{
+    const gp_vmm_ctx *ctx = opaque;
+    char text[GP_SIZE_TEXT_MAX];
+    int prev = -1;
+    int rc = gp_cuda_device_enter(&ctx->cuda, "unmap", &prev);
+    if (rc != GP_OK)
+        return rc;
+    cudaError_t err = cudaDeviceSynchronize();
+    if (err != cudaSuccess) {
+        gp_cuda_clear_own_error(err);
+        gp_cuda_device_leave(&ctx->cuda, prev);
+        return gp_error_set(GP_ERR_DEVICE,
+                            "cudaDeviceSynchronize on device %d before cuMemUnmap(ptr=0x%llx, size=%zu (%s)): "
+                            "%s: %s",
+                            ctx->cuda.device, (unsigned long long)va, size, gp_format_size(size, text),
+                            cudaGetErrorName(err), cudaGetErrorString(err));
+    }
+    CUresult res = driver.unmap((CUdeviceptr)va, size);
+    gp_cuda_device_leave(&ctx->cuda, prev);
+    if (res != CUDA_SUCCESS) {
+        const char *name, *why;
+        driver_error(res, &name, &why);
+        return gp_error_set(GP_ERR_DEVICE, "cuMemUnmap(ptr=0x%llx, size=%zu (%s)) on device %d: %s: %s",
+                            (unsigned long long)va, size, gp_format_size(size, text), ctx->cuda.device, name,
+                            why);
+    }
+    return GP_OK;
+}
+
+/* pre: as vmm_map for each of the n handles at va + i * page. Maps them one by one, then sets access once
+ * over the whole run (cuMemSetAccess takes any range of whole mappings). All or nothing. */
+static int vmm_map_run(void *opaque, gp_devptr va, size_t page, const gp_phys *handles, size_t n)
+{
+    const gp_vmm_ctx *ctx = opaque;
+    char text[GP_SIZE_TEXT_MAX];
+    int prev = -1;
+    int rc = gp_cuda_device_enter(&ctx->cuda, "map_run", &prev);
+    if (rc != GP_OK)
+        return rc;
+    size_t done = 0;
+    CUresult res = CUDA_SUCCESS;
+    for (; done < n; done++) {
+        res = driver.map((CUdeviceptr)(va + done * page), page, 0, (CUmemGenericAllocationHandle)handles[done], 0);
+        if (res != CUDA_SUCCESS)
+            break;
+    }
+    const char *what = "cuMemMap";
+    if (res == CUDA_SUCCESS) {
+        CUmemAccessDesc access;
+        memset(&access, 0, sizeof access);
+        access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        access.location.id = ctx->cuda.device;
+        access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        res = driver.set_access((CUdeviceptr)va, n * page, &access, 1);
+        what = "cuMemSetAccess";
+    }
+    if (res == CUDA_SUCCESS) {
+        gp_cuda_device_leave(&ctx->cuda, prev);
+        return GP_OK;
+    }
+    const char *name, *why;
+    driver_error(res, &name, &why);
+    gp_error_set(GP_ERR_DEVICE, "%s in a run of %zu pages at 0x%llx (%s each), page %zu, on device %d: %s: %s", what, n,
+                 (unsigned long long)va, gp_format_size(page, text), done, ctx->cuda.device, name, why);
+    for (size_t i = 0; i < done; i++) { /* undo: no mapping nobody may access stays behind */
+        CUresult undo = driver.unmap((CUdeviceptr)(va + i * page), page);
+        if (undo != CUDA_SUCCESS) {
+            driver_error(undo, &name, &why);
+            gp_error_append("; undoing it, cuMemUnmap(ptr=0x%llx) failed too: %s: %s",
+                            (unsigned long long)(va + i * page), name, why);
+        }
+    }
+    gp_cuda_device_leave(&ctx->cuda, prev);
+    return GP_ERR_DEVICE;
+}
+
+/* pre: [va, va + n * page) is n mappings made by vmm_map or vmm_map_run. One device synchronize for all
+ * (see the file's header), then one cuMemUnmap per mapping, stopping at a failure. */
+static int vmm_unmap_run(void *opaque, gp_devptr va, size_t page, size_t n, size_t *done)
+{
+    const gp_vmm_ctx *ctx = opaque;
+    char text[GP_SIZE_TEXT_MAX];
+    *done = 0;
+    int prev = -1;
+    int rc = gp_cuda_device_enter(&ctx->cuda, "unmap_run", &prev);
+    if (rc != GP_OK)
+        return rc;
+    cudaError_t err = cudaDeviceSynchronize();
+    if (err != cudaSuccess) {
+        gp_cuda_clear_own_error(err);
+        gp_cuda_device_leave(&ctx->cuda, prev);
+        return gp_error_set(GP_ERR_DEVICE,
+                            "cudaDeviceSynchronize on device %d before unmapping %zu pages at 0x%llx: %s: %s",
+                            ctx->cuda.device, n, (unsigned long long)va, cudaGetErrorName(err), cudaGetErrorString(err));
+    }
+    for (; *done < n; (*done)++) {
+        gp_devptr at = va + *done * page;
+        CUresult res = driver.unmap((CUdeviceptr)at, page);
+        if (res != CUDA_SUCCESS) {
+            gp_cuda_device_leave(&ctx->cuda, prev);
+            const char *name, *why;
+            driver_error(res, &name, &why);
+            return gp_error_set(GP_ERR_DEVICE, "cuMemUnmap(ptr=0x%llx, size=%zu (%s)) on device %d: %s: %s",
+                                (unsigned long long)at, page, gp_format_size(page, text), ctx->cuda.device, name, why);
+        }
+    }
+    gp_cuda_device_leave(&ctx->cuda, prev);
+    return GP_OK;
+}
+
+const gp_backend_ops gp_backend_vmm = {
+    .name = "vmm",
+    .caps = GP_BACKEND_VMM,
+    .open = vmm_open,
+    .close = vmm_close,
+    .mem_alloc = gp_cuda_mem_alloc,
+    .mem_free = gp_cuda_mem_free,
+    .mem_info = gp_cuda_mem_info,
+    .event_create = gp_cuda_event_create,
+    .event_destroy = gp_cuda_event_destroy,
+    .event_record = gp_cuda_event_record,
+    .event_query = gp_cuda_event_query,
+    .event_synchronize = gp_cuda_event_synchronize,
+    .stream_wait_event = gp_cuda_stream_wait_event,
+    .vm_granularity = vmm_granularity,
+    .va_reserve = vmm_va_reserve,
+    .va_release = vmm_va_release,
+    .phys_create = vmm_phys_create,
+    .phys_release = vmm_phys_release,
+    .map = vmm_map,
+    .unmap = vmm_unmap,
+    .map_run = vmm_map_run,
+    .unmap_run = vmm_unmap_run,
+    .copy_to_host = gp_cuda_copy_to_host,
+    .copy_to_device = gp_cuda_copy_to_device,
+    .host_alloc = gp_cuda_host_alloc,
+    .host_free = gp_cuda_host_free,
+};

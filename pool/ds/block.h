@@ -1,0 +1,120 @@
+/*
+ * block.h — segments (one device allocation each) and the blocks they are cut into.
+ *
+ * A segment is one device allocation (cuda, sim) or one reserved virtual address range (vmm, sim-vmm);
+ * its blocks tile it in address order through prev/next:
+ *     segment->first->addr == segment->addr,  b->next->addr == b->addr + b->size,
+ *     sum of the blocks' sizes == segment->size.
+ * A block is LIVE (handed out), FREE (in its heap's free lists), QUICK (freed, small, kept whole on
+ * its heap's quick list for the next request of its exact size), PENDING (freed, but waiting for
+ * events on other streams before it may return to the free lists) or, in a virtual range only,
+ * UNMAPPED (whole pages with no physical memory behind them; on no list). Two FREE neighbours never
+ * stand side by side: freeing coalesces them; neither do two UNMAPPED ones. In a virtual range,
+ *     pages[i] is the physical handle mapped at addr + i * page, for every page outside UNMAPPED blocks,
+ *     mapped_bytes == size - sum of the UNMAPPED blocks' sizes. All blocks of a segment belong to the heap of one stream
+ * (segment->owner) and change only under that stream's lock; a segment changes owner only when it is
+ * wholly free, under the pool lock and both streams' locks.
+ * Block metadata lives in host memory, out of band: the pool never touches device memory.
+ */
+#ifndef GP_BLOCK_H
+#define GP_BLOCK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+
+struct gp_stream_state;
+struct gp_segment;
+
+typedef enum gp_block_state {
+    GP_BLOCK_FREE = 0,
+    GP_BLOCK_LIVE = 1,
+    GP_BLOCK_PENDING = 2,
+    GP_BLOCK_UNMAPPED = 3,
+    GP_BLOCK_QUICK = 4 /* free, but on its heap's quick list: not coalesced yet (heap.h) */
+} gp_block_state;
+
+#define GP_BLOCK_INLINE_USES 2
+
+typedef struct gp_block {
+    uintptr_t addr;
+    size_t size;      /* a multiple of the granule */
+    size_t requested; /* LIVE: the size asked for */
+    struct gp_block *prev, *next;         /* address neighbours in the segment (NULL at its ends) */
+    struct gp_block *list_prev, *list_next; /* FREE: its free list; PENDING: its stream's pending list */
+    struct gp_segment *segment;
+    gp_block_state state;
+    unsigned size_class; /* FREE: the list it is on */
+    uint64_t free_since; /* FREE: the pool's coarse clock when it became free (idle release) */
+    /* Streams other than the owner on which the block is used (gp_record_stream, or a free on another
+     * stream). PENDING: events[i] was recorded on uses[i] at the free. */
+    unsigned use_count, use_capacity;
+    struct gp_stream_state *uses_inline[GP_BLOCK_INLINE_USES];
+    gp_event events_inline[GP_BLOCK_INLINE_USES];
+    struct gp_stream_state **uses;
+    gp_event *events;
+} gp_block;
+
+typedef struct gp_segment {
+    uintptr_t addr;
+    size_t size;        /* a multiple of the 2 MiB device page */
+    bool small;         /* in the small heap (requests <= small_size) */
+    gp_phys *pages;     /* virtual range: the handle behind each page (see above); NULL otherwise */
+    size_t mapped_bytes; /* virtual range: bytes with physical memory behind them; size otherwise */
+    bool paused;         /* virtual range of a paused tenant: nothing mapped, blocks kept (pause.c) */
+    uint64_t serial;    /* creation order, for oldest-first release */
+    gp_block *first;
+    struct gp_stream_state *owner;
+    struct gp_segment *prev, *next; /* the pool's list of all segments, oldest first */
+} gp_segment;
+
+/* The streams a block is used on besides its owner, and the events recorded on them at its free. */
+static inline struct gp_stream_state **gp_block_uses(gp_block *b)
+{
+    return b->uses != NULL ? b->uses : b->uses_inline;
+}
+
+static inline gp_event *gp_block_events(gp_block *b)
+{
+    return b->events != NULL ? b->events : b->events_inline;
+}
+
+/* True when the segment is a single FREE block (so never for a virtual range with a hole). */
+static inline bool gp_segment_wholly_free(const gp_segment *seg)
+{
+    return seg->first->state == GP_BLOCK_FREE && seg->first->size == seg->size;
+}
+
+/*
+ * A segment struct and its first block struct, zeroed and joined (seg->first->segment == seg), for a
+ * provider to fill in (gp_segment_place, provider/pool_state.h) once the device has given the memory;
+ * NULL when host memory is out. gp_segment_discard frees both again (the device call failed).
+ */
+gp_segment *gp_segment_new(void);
+void gp_segment_discard(gp_segment *seg);
+/* Frees a segment's metadata: every block (with its use arrays), the page table and the segment. */
+void gp_segment_free(gp_segment *seg);
+
+/* What gp_segment_check counts over one segment's blocks. */
+typedef struct gp_segment_tally {
+    size_t allocated, free_bytes, pending, live_blocks;
+} gp_segment_tally;
+
+/* gp_check's check of one segment (its owner locked): its blocks tile it as stated above, no two FREE
+ * blocks stand side by side, and each LIVE block is in its stream's map; adds its blocks to *tally.
+ * false with the broken invariant described in why[len]. */
+bool gp_segment_check(const gp_segment *seg, gp_segment_tally *tally, char *why, size_t len);
+
+/* True when no block of the segment is in use: every block FREE or, in a virtual range, UNMAPPED (so
+ * that the whole range, with its mapped pages, may change owner: provider/vmm.c). */
+static inline bool gp_segment_unused(const gp_segment *seg)
+{
+    for (const gp_block *b = seg->first; b != NULL; b = b->next)
+        if (b->state != GP_BLOCK_FREE && b->state != GP_BLOCK_UNMAPPED)
+            return false;
+    return true;
+}
+
+#endif /* GP_BLOCK_H */

@@ -1,0 +1,80 @@
+/*
+ * stream.h — per-stream state and the table that finds it without a lock.
+ *
+ * Each stream the pool has seen owns two heaps (small and large), the map of the live blocks it
+ * allocated, and the list of its blocks that were freed while other streams still used them (PENDING,
+ * each waiting for events). All of it is guarded by the stream's own lock, so threads working on
+ * different streams never contend on the fast path.
+ *
+ * The table is open-addressed and fixed in size (2 * max_streams slots); slots are written once, under
+ * the pool lock, and read with acquire loads by anyone. Streams are never removed before destroy.
+ */
+#ifndef GP_STREAM_H
+#define GP_STREAM_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "ds/block_map.h"
+#include "gpupool.h"
+#include "ds/heap.h"
+#include "ds/size_class.h"
+
+struct gp_tenant;
+
+/* One per (stream, tenant) pair: a tenant's memory on a stream is its own. */
+typedef struct gp_stream_state {
+    gp_stream handle;
+    struct gp_tenant *tenant;
+    unsigned index; /* order of first sight; locks of several streams are taken in this order */
+    pthread_mutex_t lock;
+
+    gp_heap small, large;
+    gp_block_cache blocks;
+    gp_block_map live;     /* LIVE blocks of this stream's segments */
+    gp_block *pending;     /* PENDING blocks, oldest first (list_prev/list_next) */
+    gp_block *pending_tail;
+    size_t pending_bytes;
+    atomic_size_t pending_count; /* read without the lock to skip the pending scan */
+
+    /* Steal fence: an event recorded on this stream when another stream wants its free segments.
+     * fence_dirty says a free happened since it was recorded. */
+    gp_event fence;
+    bool fence_recorded;
+    bool fence_dirty;
+
+    /* Counters owned by this stream (summed by gp_get_stats); live blocks are live.count. */
+    uint64_t num_allocs, num_frees;
+    size_t requested_bytes; /* sizes asked for by the LIVE blocks of this stream's segments */
+    size_t allocated_bytes; /* their rounded sizes: exact */
+    /* allocated_bytes not yet added to the pool's shared total (see gp_account in pool_state.h) */
+    int64_t unflushed;
+    unsigned frees_since_maintain;
+    uint64_t size_class_allocs[GP_SIZE_CLASS_COUNT];
+} gp_stream_state;
+
+typedef struct gp_stream_table {
+    _Atomic(gp_stream_state *) *slots;
+    unsigned capacity;        /* 2 * max_streams, a power of two */
+    unsigned max_streams;
+    gp_stream_state **by_index; /* streams in order of first sight */
+    atomic_uint count;
+} gp_stream_table;
+
+int gp_stream_table_init(gp_stream_table *table, unsigned max_streams);
+void gp_stream_table_free(gp_stream_table *table); /* frees the states too */
+
+/* The state of (handle, tenant), or NULL when the pool has not seen that pair. Lock-free. */
+gp_stream_state *gp_stream_find(const gp_stream_table *table, gp_stream handle, const struct gp_tenant *tenant);
+
+/* Adds (handle, tenant) (caller holds the pool lock and checked it is absent). GP_ERR_INVALID when the
+ * table is full, with a message naming max_streams. */
+int gp_stream_add(gp_stream_table *table, gp_stream handle, struct gp_tenant *tenant, gp_stream_state **out);
+
+/* True when some state has this handle (any tenant). */
+bool gp_stream_seen(const gp_stream_table *table, gp_stream handle);
+
+/* The size class buckets of stats: see gp_stats_bucket. */
+
+#endif /* GP_STREAM_H */

@@ -1,0 +1,42 @@
+/*
+ * admission.c — the verdict on a tenant's growth (admission.h states the policy).
+ */
+#include "policy/admission.h"
+
+gp_admission gp_admission_judge(const gp_tenant_registry *reg, const gp_tenant *t, size_t bytes, size_t device_total,
+                                unsigned trimmed)
+{
+    gp_admission a = {GP_ADMIT, 0, 0, NULL};
+    if (t->paused) {
+        a.verdict = GP_REFUSE_PAUSED;
+        return a;
+    }
+    size_t held = atomic_load(&t->held);
+    size_t high = atomic_load(&t->high);
+    if (!(trimmed & GP_TRIMMED_HIGH) && high != 0 && held + bytes > high) {
+        a.verdict = GP_TRIM_FOR_HIGH;
+        a.trim = held + bytes - high;
+        return a;
+    }
+    size_t max = atomic_load(&t->max);
+    if (max != 0 && held + bytes > max) {
+        a.verdict = (trimmed & GP_TRIMMED_MAX) ? GP_REFUSE_QUOTA : GP_TRIM_FOR_MAX;
+        a.trim = held + bytes - max;
+        return a;
+    }
+    /* Others' unmet guarantees: memory this growth may not take. */
+    unsigned count = atomic_load(&reg->count);
+    size_t held_all = 0;
+    for (unsigned i = 0; i < count; i++) {
+        const gp_tenant *v = reg->tenants[i];
+        size_t v_held = atomic_load(&v->held), min = atomic_load(&v->min);
+        held_all += v_held;
+        if (v != t && min > v_held) {
+            a.owed += min - v_held;
+            a.owed_to = v;
+        }
+    }
+    if (a.owed > 0 && held_all + bytes + a.owed > device_total)
+        a.verdict = GP_REFUSE_GUARANTEE;
+    return a;
+}

@@ -1,0 +1,51 @@
+/*
+ * pages.h — physical pages of the vmm provider and the block surgery around them (pages.c). Pool lock
+ * held throughout; the owner's stream lock where a range's blocks change.
+ */
+#ifndef GP_PAGES_H
+#define GP_PAGES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "provider/pool_state.h"
+
+static inline size_t gp_div_up(size_t a, size_t b)
+{
+    return (a + b - 1) / b;
+}
+
+/* The index in seg->pages of the page at addr. */
+static inline size_t gp_page_index(const gp_pool_state *p, const gp_segment *seg, uintptr_t addr)
+{
+    return (addr - seg->addr) / p->page;
+}
+
+/* A page from the page pool, else new from the device (reserved bytes and peak counted). */
+int gp_page_get(gp_pool_state *p, gp_phys *out);
+/* Puts a page (mapped nowhere) into the page pool; room was kept for it, so this cannot fail. */
+void gp_page_put(gp_pool_state *p, gp_phys handle);
+/* Gives a page back to the device; one the device refuses stays in the page pool (nothing lost). */
+int gp_page_release(gp_pool_state *p, gp_phys handle);
+/* Unmaps the n mappings of one page each from va: with the backend's unmap_run (one device synchronize
+ * for all) or page by page. *done receives the pages unmapped, always the first ones; a failure stops
+ * there (the rest stay mapped). Counts nothing: the caller accounts for the pages. */
+int gp_pages_unmap_run(gp_pool_state *p, uintptr_t va, size_t n, size_t *done);
+
+/*
+ * Maps up to n pages at the front of the UNMAPPED block u of seg (owner st locked) and turns them into
+ * FREE memory of st's heap, coalesced with a FREE block before them. Returns the pages mapped; stops at
+ * the first failure, with *rc set.
+ */
+size_t gp_pages_map_front(gp_pool_state *p, gp_stream_state *st, gp_segment *seg, gp_block *u, size_t n, int *rc);
+
+/*
+ * Unmaps the n whole pages starting at `first` inside the FREE block b of seg (owner locked): the
+ * handles go to the page pool or, with `release`, back to the device. Returns the pages done; stops at
+ * the first failure (*rc), leaving the rest of b FREE.
+ */
+size_t gp_pages_unmap(gp_pool_state *p, gp_stream_state *owner, gp_segment *seg, gp_block *b, uintptr_t first,
+                      size_t n, bool release, int *rc);
+
+#endif /* GP_PAGES_H */

@@ -1,0 +1,84 @@
+/*
+ * pending.c — the stream-ordered return of freed blocks: a block freed while other streams still use
+ * it is PENDING, with one event recorded on each of them (api/free.c); it goes back to its owner's heap
+ * once every event has completed, which is asked here (event_query: never waited for, except at
+ * destroy). Owner locked throughout.
+ */
+#include "provider/pending.h"
+
+#include <assert.h>
+
+#include "base/list.h"
+
+/* True when every event of the PENDING block b has completed; completed events go back to the pool. */
+static bool events_done(gp_pool_state *p, gp_block *b)
+{
+    gp_event *events = gp_block_events(b);
+    bool done = true;
+    for (unsigned i = 0; i < b->use_count; i++) {
+        if (events[i] == NULL)
+            continue;
+        if (p->ops->event_query(p->ctx, events[i]) != GP_OK) { /* not ready, or a failed query: retry later */
+            done = false;
+            continue;
+        }
+        gp_event_pool_put(&p->events, events[i]);
+        events[i] = NULL;
+    }
+    return done;
+}
+
+void gp_pending_collect(gp_pool_state *p, gp_stream_state *st, unsigned limit)
+{
+    unsigned scanned = 0;
+    gp_block *b = st->pending;
+    while (b != NULL && (limit == 0 || scanned < limit)) {
+        gp_block *next = b->list_next;
+        scanned++;
+        if (events_done(p, b)) {
+            GP_LIST_UNLINK(st->pending, st->pending_tail, b, list_prev, list_next);
+            b->list_prev = b->list_next = NULL;
+            st->pending_bytes -= b->size;
+            atomic_fetch_sub_explicit(&st->pending_count, 1, memory_order_relaxed);
+            gp_block_to_heap(p, st, b);
+        }
+        b = next;
+    }
+}
+
+void gp_collect_all_pending(gp_pool_state *p)
+{
+    unsigned count = atomic_load(&p->streams.count);
+    for (unsigned i = 0; i < count; i++) {
+        gp_stream_state *st = p->streams.by_index[i];
+        pthread_mutex_lock(&st->lock);
+        gp_pending_collect(p, st, 0);
+        gp_heap_quick_flush(&st->small, &st->blocks);
+        gp_heap_quick_flush(&st->large, &st->blocks);
+        pthread_mutex_unlock(&st->lock);
+    }
+}
+
+int gp_pending_drain(gp_pool_state *p, gp_stream_state *st)
+{
+    int failed = GP_OK;
+    while (st->pending != NULL) {
+        gp_block *b = st->pending;
+        gp_event *events = gp_block_events(b);
+        for (unsigned i = 0; i < b->use_count; i++) {
+            if (events[i] == NULL)
+                continue;
+            int rc = p->ops->event_synchronize(p->ctx, events[i]);
+            if (rc != GP_OK && failed == GP_OK)
+                failed = rc;
+            gp_event_pool_put(&p->events, events[i]);
+            events[i] = NULL;
+        }
+        st->pending = b->list_next;
+        b->state = GP_BLOCK_FREE; /* about to be freed with its segment */
+    }
+    st->pending_tail = NULL;
+    st->pending_bytes = 0;
+    atomic_store(&st->pending_count, 0);
+    return failed;
+}

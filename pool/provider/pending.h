@@ -1,0 +1,39 @@
+/*
+ * pending.h — freed blocks on their way back to a heap: straight back (gp_block_to_heap), or PENDING
+ * until the events recorded on the other streams that used them complete (pending.c).
+ */
+#ifndef GP_PENDING_H
+#define GP_PENDING_H
+
+#include <assert.h>
+
+#include "provider/pool_state.h"
+
+/* Returns a block that is no longer LIVE or PENDING to its owner's heap (owner locked): its quick list
+ * when small, else the free lists, coalesced; stamps free_since with the pool's coarse clock. */
+static inline void gp_block_to_heap(gp_pool_state *p, gp_stream_state *owner, gp_block *b);
+/* Moves PENDING blocks of st whose events have all completed back to its heap; scans at most `limit`
+ * blocks (0 = all). st locked. */
+void gp_pending_collect(gp_pool_state *p, gp_stream_state *st, unsigned limit);
+/* Returns every stream's completed pending blocks and quick-listed blocks to its free lists
+ * (coalescing), so that wholly free segments and pages show. Pool lock held, no stream lock. */
+void gp_collect_all_pending(gp_pool_state *p);
+/* Waits for the events of st's pending blocks and returns them to the event pool (destroy only; st
+ * locked). GP_OK or the first failure of event_synchronize. */
+int gp_pending_drain(gp_pool_state *p, gp_stream_state *st);
+
+/* Inline: the free fast path ends here. */
+static inline void gp_block_to_heap(gp_pool_state *p, gp_stream_state *owner, gp_block *b)
+{
+    assert(b->segment->owner == owner);
+    uint64_t now = atomic_load_explicit(&p->coarse_now, memory_order_relaxed);
+    gp_heap *heap = gp_heap_of(owner, b->segment->small);
+    owner->fence_dirty = true;
+    b->free_since = now;
+    if (gp_heap_quick_put(heap, b))
+        return;
+    gp_block *merged = gp_heap_release(heap, &owner->blocks, b);
+    merged->free_since = now;
+}
+
+#endif /* GP_PENDING_H */

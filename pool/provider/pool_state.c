@@ -1,0 +1,135 @@
+/*
+ * pool_state.c — the pool state's own bookkeeping, which makes no device call: the list of segments,
+ * placing a new segment in it, locking every stream, flushing the streams' allocated deltas, freeing
+ * all metadata at destroy, and the accounting check of gp_check (the invariants of pool_state.h).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "base/list.h"
+#include "provider/pool_state.h"
+
+void gp_segment_link(gp_pool_state *p, gp_segment *seg)
+{
+    GP_LIST_APPEND(p->segments_head, p->segments_tail, seg, prev, next);
+    p->segment_count++;
+}
+
+void gp_segment_unlink(gp_pool_state *p, gp_segment *seg)
+{
+    GP_LIST_UNLINK(p->segments_head, p->segments_tail, seg, prev, next);
+    p->segment_count--;
+}
+
+void gp_lock_all_streams(gp_pool_state *p)
+{
+    unsigned count = atomic_load(&p->streams.count);
+    for (unsigned i = 0; i < count; i++)
+        pthread_mutex_lock(&p->streams.by_index[i]->lock);
+}
+
+void gp_unlock_all_streams(gp_pool_state *p)
+{
+    unsigned count = atomic_load(&p->streams.count);
+    for (unsigned i = count; i-- > 0;)
+        pthread_mutex_unlock(&p->streams.by_index[i]->lock);
+}
+
+void gp_segment_place(gp_pool_state *p, gp_segment *seg, gp_stream_state *st, uintptr_t addr, size_t size, bool small,
+                      size_t mapped, gp_block_state state)
+{
+    gp_block *b = seg->first;
+    seg->addr = addr;
+    seg->size = size;
+    seg->mapped_bytes = mapped;
+    seg->small = small;
+    seg->serial = p->next_serial++;
+    seg->owner = st;
+    b->addr = addr;
+    b->size = size;
+    b->state = state;
+    gp_segment_link(p, seg);
+}
+
+void gp_segments_free_all(gp_pool_state *p)
+{
+    gp_segment *seg = p->segments_head;
+    while (seg != NULL) {
+        gp_segment *next = seg->next;
+        gp_segment_free(seg);
+        seg = next;
+    }
+    p->segments_head = p->segments_tail = NULL;
+    p->segment_count = 0;
+}
+
+void gp_flush_all(gp_pool_state *p)
+{
+    unsigned count = atomic_load(&p->streams.count);
+    for (unsigned i = 0; i < count; i++) {
+        gp_stream_state *st = p->streams.by_index[i];
+        pthread_mutex_lock(&st->lock);
+        gp_flush(p, st);
+        pthread_mutex_unlock(&st->lock);
+    }
+}
+
+#define CHECK(cond, ...)                                                                                       \
+    do {                                                                                                       \
+        if (!(cond)) {                                                                                         \
+            snprintf(why, len, __VA_ARGS__);                                                                   \
+            return false;                                                                                      \
+        }                                                                                                      \
+    } while (0)
+
+bool gp_accounting_check(gp_pool_state *p, const gp_segment_tally *tally, size_t segments, size_t reserved,
+                         char *why, size_t len)
+{
+    unsigned count = atomic_load(&p->streams.count);
+    size_t allocated = tally->allocated, free_bytes = tally->free_bytes, pending = tally->pending;
+    size_t heap_free = 0, stream_pending = 0, mapped = 0;
+    for (unsigned i = 0; i < count; i++) {
+        gp_stream_state *st = p->streams.by_index[i];
+        heap_free += st->small.free_bytes + st->large.free_bytes;
+        stream_pending += st->pending_bytes;
+        mapped += st->live.count;
+    }
+    CHECK(segments == p->segment_count, "%zu segments listed, %zu counted", segments, p->segment_count);
+    size_t pooled = p->pooled_count * p->page;
+    reserved += pooled;
+    CHECK(reserved == atomic_load(&p->reserved), "reserved %zu != mapped + pooled bytes %zu", atomic_load(&p->reserved),
+          reserved);
+    size_t stream_allocated = 0;
+    int64_t unflushed = 0;
+    for (unsigned i = 0; i < count; i++) {
+        stream_allocated += p->streams.by_index[i]->allocated_bytes;
+        unflushed += p->streams.by_index[i]->unflushed;
+    }
+    CHECK(allocated == stream_allocated, "streams count %zu allocated bytes, live blocks hold %zu", stream_allocated,
+          allocated);
+    CHECK((int64_t)atomic_load(&p->allocated_flushed) + unflushed == (int64_t)allocated,
+          "shared allocated total %lld + unflushed %lld != %zu", (long long)atomic_load(&p->allocated_flushed),
+          (long long)unflushed, allocated);
+    CHECK(free_bytes == heap_free, "free blocks hold %zu bytes but the heaps count %zu", free_bytes, heap_free);
+    CHECK(pending == stream_pending, "pending blocks hold %zu bytes but the streams count %zu", pending, stream_pending);
+    CHECK(tally->live_blocks == mapped, "%zu live blocks, %zu in the streams' maps", tally->live_blocks, mapped);
+    CHECK(allocated + free_bytes + pending + pooled == reserved + p->paused_bytes,
+          "allocated %zu + cached %zu != reserved %zu + paused %zu", allocated, free_bytes + pending + pooled, reserved,
+          p->paused_bytes);
+    /* per tenant: held == device memory of the segments of its stream states; sums == pool totals */
+    size_t held_total = 0;
+    unsigned tenants = atomic_load(&p->tenants.count);
+    for (unsigned i = 0; i < tenants; i++) {
+        gp_tenant *t = p->tenants.tenants[i];
+        size_t held = 0;
+        for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next)
+            if (seg->owner->tenant == t)
+                held += seg->mapped_bytes;
+        CHECK(held == atomic_load(&t->held), "tenant '%s' is charged %zu bytes, its segments hold %zu", t->name,
+              atomic_load(&t->held), held);
+        held_total += held;
+    }
+    CHECK(held_total + pooled == reserved, "tenants hold %zu + pooled %zu != reserved %zu", held_total, pooled,
+          reserved);
+    return true;
+}

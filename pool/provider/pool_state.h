@@ -1,0 +1,179 @@
+/*
+ * pool_state.h — the state behind a gp_pool handle, and the accounting of its bytes (gp_account,
+ * gp_flush). It lives with the providers (provider/), which change it under the locks below; the API
+ * paths (api/) are the only way in from a gp_pool handle (api/api.h). Nothing declared here calls the
+ * device (pool_state.c).
+ *
+ * Locks, always taken in this order: pool->lock, then stream locks in ascending stream index, then the
+ * event pool's lock. The allocation and free fast paths take one stream lock and nothing else. Slow
+ * paths hold the pool lock and one stream lock at a time; only whole-pool walks (stats, gp_check,
+ * destroy) hold every stream lock, taken in index order.
+ *
+ * Accounting invariant (checked by gp_check and, under assertions, by gp_get_stats):
+ *     allocated + cached == reserved,  allocated == sum of LIVE block sizes,
+ *     cached == sum of heap free_bytes + sum of pending_bytes + pooled_count * page,
+ *     reserved == sum of segment sizes (device allocations), or, on a virtual memory backend,
+ *     reserved == physical bytes == sum of segments' mapped_bytes + pooled_count * page;
+ * while tenants are paused, allocated + cached == reserved + paused_bytes (their blocks hold nothing).
+ */
+#ifndef GP_POOL_STATE_H
+#define GP_POOL_STATE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <assert.h>
+
+#include "backend/backend.h"
+#include "ds/block.h"
+#include "base/config.h"
+#include "base/peak.h"
+#include "provider/event_pool.h"
+#include "ds/stream.h"
+#include "ds/tenant.h"
+#include "base/trace_log.h"
+
+#define GP_POOL_MAGIC_LIVE 0x6770706f6f6c4c56ull /* "gppoolLV" */
+#define GP_POOL_MAGIC_DEAD 0x6770706f6f6c4444ull /* "gppoolDD" */
+
+typedef struct gp_pool_state {
+    uint64_t serial; /* unique per pool in this process (per-thread caches compare it) */
+    int device;
+    gp_config cfg;
+    const gp_backend_ops *ops;
+    void *ctx;
+    const struct gp_provider *provider; /* cudaMalloc segments or vmm pages (provider/provider.h) */
+    size_t device_total; /* the device's total memory, read at create */
+
+    pthread_mutex_t lock; /* the pool lock: segments list, new streams, device allocation, steals */
+    gp_stream_table streams;
+    gp_tenant_registry tenants;
+    gp_event_pool events;
+    gp_segment *segments_head, *segments_tail; /* oldest first */
+    size_t segment_count;
+    uint64_t next_serial;
+    gp_trace_log *log;
+
+    /* Virtual memory backends (provider/vmm.c): page is the mapping granularity (0 on other backends);
+     * the pooled handles are physical pages mapped nowhere, kept for reuse (pool lock). */
+    size_t page;
+    size_t paused_bytes;     /* bytes of paused ranges' blocks, which hold no device memory (api/pause.c) */
+    void *staging_hooks;     /* provider/staging.c: the jemalloc arena's hooks, NULL before first use */
+    unsigned staging_arena;
+    gp_phys *pooled;
+    uint64_t *pooled_since;
+    size_t pooled_count, pooled_capacity;
+    atomic_uint_fast64_t num_maps, num_unmaps, num_stitches, idle_released_bytes;
+    atomic_uint_fast64_t coarse_now;     /* the clock (ns) as of the last slow path or maintenance */
+    atomic_uint_fast64_t frees_since_maintain;
+    bool maintains;                      /* release_threshold or idle_release is set */
+
+    /* Allocated bytes are exact per stream (stream->allocated_bytes); the shared total below lags
+     * each stream by its `unflushed` delta, under GP_FLUSH_BYTES, so that the fast paths of several
+     * streams do not write one cache line. See gp_account. */
+    atomic_int_fast64_t allocated_flushed;
+    atomic_size_t allocated_peak;
+    /* Changed under the pool lock only; atomic so that readers need no lock. */
+    atomic_size_t reserved, reserved_peak;
+    atomic_uint_fast64_t num_device_allocs, num_device_frees, num_alloc_retries, num_ooms;
+    atomic_uint_fast64_t num_stream_steals, num_stream_waits;
+} gp_pool_state;
+
+struct gp_pool {
+    uint64_t magic;
+    gp_pool_state *state;   /* NULL once destroyed */
+    struct gp_pool *grave_next; /* destroyed shells are kept so stale handles are recognised */
+};
+
+/* Appends seg to the pool's list of segments (newest last) / takes it out. Pool lock held. */
+void gp_segment_link(gp_pool_state *p, gp_segment *seg);
+void gp_segment_unlink(gp_pool_state *p, gp_segment *seg);
+
+/* Fills seg in as [addr, addr + size) of st's heap of kind `small`, with `mapped` bytes of device
+ * memory behind it, tiled by its single first block in `state` (FREE for a device allocation, UNMAPPED
+ * for a new virtual range), and links it last in the pool's list. Pool lock held. */
+void gp_segment_place(gp_pool_state *p, gp_segment *seg, gp_stream_state *st, uintptr_t addr, size_t size, bool small,
+                      size_t mapped, gp_block_state state);
+/* Frees the metadata of every segment (blocks, page tables) at destroy; the device memory was given
+ * back by the provider. */
+void gp_segments_free_all(gp_pool_state *p);
+
+/* Locks / unlocks every stream in index order (caller holds the pool lock). */
+void gp_lock_all_streams(gp_pool_state *p);
+void gp_unlock_all_streams(gp_pool_state *p);
+
+#define GP_FLUSH_BYTES ((int64_t)16 << 20)
+#define GP_MAINTAIN_FREES 4096 /* frees on one stream between maintenance runs (when configured) */
+
+/*
+ * Accounts `delta` allocated bytes (+ on hand-out, - on free) to st (locked). The stream's share is
+ * exact; the pool's shared total is updated only when the stream's unflushed delta reaches
+ * GP_FLUSH_BYTES either way. The peak is raised to the shared total plus this stream's unflushed delta:
+ * exact for one stream, and short by less than GP_FLUSH_BYTES per other active stream otherwise.
+ */
+static inline void gp_account(gp_pool_state *p, gp_stream_state *st, int64_t delta)
+{
+    st->allocated_bytes += (size_t)delta;
+    st->unflushed += delta;
+    int64_t shared = atomic_load_explicit(&p->allocated_flushed, memory_order_relaxed);
+    if (st->unflushed >= GP_FLUSH_BYTES || st->unflushed <= -GP_FLUSH_BYTES) {
+        shared = atomic_fetch_add_explicit(&p->allocated_flushed, st->unflushed, memory_order_relaxed) +
+                 st->unflushed;
+        st->unflushed = 0;
+    }
+    if (delta > 0)
+        gp_raise_peak(&p->allocated_peak, (size_t)(shared + st->unflushed));
+}
+
+/* Adds st's (locked) unflushed delta to the shared total. */
+static inline void gp_flush(gp_pool_state *p, gp_stream_state *st)
+{
+    atomic_fetch_add_explicit(&p->allocated_flushed, st->unflushed, memory_order_relaxed);
+    st->unflushed = 0;
+}
+
+/* The pool's allocated bytes as the shared total says (exact after gp_flush_all). */
+static inline size_t gp_allocated_estimate(gp_pool_state *p)
+{
+    int64_t v = atomic_load_explicit(&p->allocated_flushed, memory_order_relaxed);
+    return v > 0 ? (size_t)v : 0;
+}
+
+/* Flushes every stream, so that the shared total is exact. Pool lock held, no stream lock. */
+void gp_flush_all(gp_pool_state *p);
+
+/* The heap of `st` that holds blocks of segment kind `small`. */
+static inline gp_heap *gp_heap_of(gp_stream_state *st, bool small)
+{
+    return small ? &st->small : &st->large;
+}
+
+/*
+ * Marks b LIVE for a request of `size` on st (locked) and accounts for it. pre: room in st->live was
+ * reserved (gp_block_map_reserve) before b was taken.
+ */
+static inline void gp_hand_out(gp_pool_state *p, gp_stream_state *st, gp_block *b, size_t size)
+{
+    b->state = GP_BLOCK_LIVE;
+    b->requested = size;
+    b->use_count = 0;
+    bool inserted = gp_block_map_insert(&st->live, b);
+    assert(inserted); /* room was reserved before the block was taken */
+    (void)inserted;
+    st->num_allocs++;
+    st->size_class_allocs[gp_stats_bucket(size)]++;
+    gp_account(p, st, (int64_t)b->size);
+    st->requested_bytes += size;
+}
+
+/* ---- checks (gp_check, api/check.c, calls them under every lock) ---- */
+
+/* Checks the pool's accounting against the segments' tally (allocated + cached == reserved + paused,
+ * the streams' counters, the shared total; see the top of this file) and each tenant's held bytes
+ * against its segments. false with the broken invariant described in why[len]. */
+bool gp_accounting_check(gp_pool_state *p, const gp_segment_tally *tally, size_t segments, size_t reserved,
+                         char *why, size_t len);
+
+#endif /* GP_POOL_STATE_H */

@@ -1,0 +1,82 @@
+/*
+ * provider.h — device memory behind one interface, and the one place that chooses between its two
+ * providers (in the manner of jemalloc's pa.c):
+ *   - segments (provider/segment.c): one cudaMalloc-style device allocation per segment, moved whole
+ *     between streams and given back whole;
+ *   - vmm (provider/vmm.c, provider/stitch.c): physical pages mapped behind reserved address ranges,
+ *     grown in place, stitched, given back page by page.
+ * gp_provider_for picks one per pool from the backend's capabilities (GP_BACKEND_VMM); every path that
+ * differs between them goes through the table, so that nothing above this layer tests which one it is.
+ *
+ * Every operation: pool lock held, no stream lock (each takes the stream locks it needs, in the lock
+ * order of pool_state.h).
+ */
+#ifndef GP_PROVIDER_H
+#define GP_PROVIDER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "provider/pool_state.h"
+
+typedef struct gp_provider {
+    const char *name; /* "segments" or "vmm" */
+    bool pages;       /* memory comes in pages of p->page behind virtual ranges (seg->pages != NULL) */
+
+    /* The allocation slow path's growth: makes room for a request of `size` (rounded: rsize) in st's
+     * heap of kind `small` and takes it (*out, LIVE). GP_OK, or the error of the allocation with its
+     * message (GP_ERR_OOM, GP_ERR_QUOTA, GP_ERR_PAUSED, GP_ERR_DEVICE, ...). */
+    int (*alloc)(gp_pool_state *p, gp_stream_state *st, size_t size, size_t rsize, bool small, void **out);
+
+    /* Gives cached memory back to the device until at most `keep` bytes are cached, taking only memory
+     * free since before `idle_before` (UINT64_MAX = any). Returns bytes released; *failed gets the first
+     * device failure (what failed stays cached). */
+    size_t (*release)(gp_pool_state *p, size_t keep, uint64_t idle_before, int *failed);
+
+    /* Gives back up to `want` bytes of tenant t's own cached memory. */
+    size_t (*release_tenant)(gp_pool_state *p, gp_tenant *t, size_t want, int *failed);
+
+    /* Gives all device memory back at destroy (metadata stays for gp_segments_free_all); returns the
+     * bytes the device would not take back, *failed its first error. */
+    size_t (*destroy)(gp_pool_state *p, int *failed);
+
+    /* The provider's own invariants of seg (owner locked): NULL, or the broken one's description. */
+    const char *(*check_segment)(gp_pool_state *p, gp_segment *seg);
+} gp_provider;
+
+extern const gp_provider gp_provider_segments;
+extern const gp_provider gp_provider_vmm;
+
+/* The dispatch point: the provider for a backend with these operations. */
+const gp_provider *gp_provider_for(const gp_backend_ops *ops);
+
+/*
+ * May tenant t grow by `bytes` (for a request of `request` bytes)? Asks the admission policy
+ * (policy/admission.h) and does what it says: gives back t's own cache past high or max, then asks
+ * again. GP_OK, GP_ERR_PAUSED, GP_ERR_QUOTA (over max; message set; the caller counts the refusal,
+ * once per failed allocation) or GP_ERR_MIN_GUARANTEE (would eat into another tenant's min; message
+ * set; callers return it as GP_ERR_OOM).
+ */
+int gp_provider_admit(gp_pool_state *p, gp_tenant *t, size_t bytes, size_t request);
+
+/* Gives back up to `want` bytes of t's own cached memory, completed pending frees first. */
+size_t gp_provider_trim_tenant(gp_pool_state *p, gp_tenant *t, size_t want);
+
+/*
+ * Under st's lock: puts `seg` (NULL, or a segment in transit to st from growth or a steal) into st's
+ * heap, returns completed pending frees to it, and takes the request from it (LIVE, accounted). NULL
+ * when nothing fits (or host memory for metadata is out).
+ */
+gp_block *gp_provider_take(gp_pool_state *p, gp_stream_state *st, gp_segment *seg, bool small, size_t rsize,
+                           size_t size);
+
+/* True when all of st's work up to its last free into its heap has completed (its fence event, recorded
+ * anew if st freed since, has completed): st's free blocks are then idle on the device. st locked.
+ * (provider/segment.c) */
+bool gp_stream_idle(gp_pool_state *p, gp_stream_state *st);
+
+/* Counts an OOM and fills the thread's message for a request the device cannot hold. */
+int gp_provider_out_of_memory(gp_pool_state *p, size_t size, gp_stream stream);
+
+#endif /* GP_PROVIDER_H */

@@ -1,0 +1,341 @@
+/*
+ * segment.c — the segment provider (provider.h): device memory in segments of one device allocation
+ * each (backends cuda and sim). A stream grows by a new segment; free segments move whole to other
+ * streams (ordered by a fence event) and go back to the device whole (on OOM, above the cache cap,
+ * idle_release, release_threshold, gp_trim).
+ */
+#include <assert.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "base/error.h"
+#include "policy/cache_cap.h"
+#include "policy/segment_size.h"
+#include "provider/pending.h"
+#include "provider/provider.h"
+
+/*
+ * True when every use of st's free memory so far is known to be finished: st's fence event, recorded
+ * after the last free into its heap, has completed. Records the fence anew when st freed since.
+ * st locked; *recorded tells the caller that a fence exists to wait on.
+ */
+static bool fence_ready(gp_pool_state *p, gp_stream_state *st, bool *recorded)
+{
+    *recorded = false;
+    if (st->fence == NULL && gp_event_pool_get(&p->events, &st->fence) != GP_OK) {
+        st->fence = NULL;
+        return false;
+    }
+    if (!st->fence_recorded || st->fence_dirty) {
+        if (p->ops->event_record(p->ctx, st->fence, st->handle) != GP_OK)
+            return false;
+        st->fence_recorded = true;
+        st->fence_dirty = false;
+    }
+    *recorded = true;
+    return p->ops->event_query(p->ctx, st->fence) == GP_OK;
+}
+
+bool gp_stream_idle(gp_pool_state *p, gp_stream_state *st)
+{
+    bool recorded;
+    return fence_ready(p, st, &recorded);
+}
+
+/*
+ * Takes the smallest wholly free segment of another stream that fits `size`: only one whose owner's
+ * fence has completed or, when `wait`, one whose fence st is then made to wait on. The segment is
+ * returned with owner == st and its single FREE block on no list: the caller puts it in st's heap.
+ * While in transit it is reachable only through the segment list, i.e. by pool-lock holders.
+ * Pool lock held, no stream lock. NULL when none may be taken.
+ */
+static gp_segment *steal_segment(gp_pool_state *p, gp_stream_state *st, size_t size, bool small, bool wait)
+{
+    /* The smallest wholly free segment of another stream that fits and may be taken. */
+    gp_segment *best = NULL;
+    for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
+        if (seg->owner == st || seg->small != small || seg->size < size || seg->pages != NULL)
+            continue;
+        if (seg->owner->tenant != st->tenant) { /* memory changes tenant: both budgets must allow it */
+            size_t max = atomic_load(&st->tenant->max);
+            if (!gp_tenant_can_give(seg->owner->tenant, seg->size) || st->tenant->paused ||
+                (max != 0 && atomic_load(&st->tenant->held) + seg->size > max))
+                continue;
+        }
+        if (best != NULL && seg->size >= best->size)
+            continue;
+        gp_stream_state *owner = seg->owner;
+        pthread_mutex_lock(&owner->lock);
+        bool recorded = false;
+        bool usable = gp_segment_wholly_free(seg) && (fence_ready(p, owner, &recorded) || (wait && recorded));
+        pthread_mutex_unlock(&owner->lock);
+        if (usable)
+            best = seg;
+    }
+    if (best == NULL)
+        return NULL;
+    gp_stream_state *owner = best->owner;
+    pthread_mutex_lock(&owner->lock);
+    bool taken = false;
+    bool recorded = false;
+    if (gp_segment_wholly_free(best)) { /* the owner may have allocated from it since */
+        bool ready = fence_ready(p, owner, &recorded);
+        if (!ready && wait && recorded && p->ops->stream_wait_event(p->ctx, st->handle, owner->fence) == GP_OK) {
+            atomic_fetch_add(&p->num_stream_waits, 1);
+            ready = true;
+        }
+        if (ready) {
+            gp_heap_remove(gp_heap_of(owner, small), best->first);
+            best->owner = st;
+            gp_tenant_charge(owner->tenant, -(int64_t)best->size);
+            gp_tenant_charge(st->tenant, (int64_t)best->size);
+            atomic_fetch_add(&p->num_stream_steals, 1);
+            taken = true;
+        }
+    }
+    pthread_mutex_unlock(&owner->lock);
+    return taken ? best : NULL;
+}
+
+/* Gives one wholly free segment (owner locked) back to the device; GP_OK or the backend's error. */
+static int release_segment_locked(gp_pool_state *p, gp_segment *seg)
+{
+    gp_stream_state *owner = seg->owner;
+    gp_heap *heap = gp_heap_of(owner, seg->small);
+    gp_heap_remove(heap, seg->first);
+    int rc = p->ops->mem_free(p->ctx, seg->addr, seg->size);
+    if (rc != GP_OK) {
+        gp_heap_insert(heap, seg->first); /* nothing lost: it stays cached */
+        return rc;
+    }
+    gp_segment_unlink(p, seg);
+    atomic_fetch_sub(&p->reserved, seg->size);
+    atomic_fetch_add(&p->num_device_frees, 1);
+    gp_tenant_charge(owner->tenant, -(int64_t)seg->size);
+    gp_block_recycle(&owner->blocks, seg->first);
+    free(seg);
+    return GP_OK;
+}
+
+/* Gives one wholly free segment back (GP_ERR_INVALID if it is not wholly free). */
+static int release_segment(gp_pool_state *p, gp_segment *seg)
+{
+    gp_stream_state *owner = seg->owner;
+    pthread_mutex_lock(&owner->lock);
+    int rc = gp_segment_wholly_free(seg) ? release_segment_locked(p, seg) : GP_ERR_INVALID;
+    pthread_mutex_unlock(&owner->lock);
+    return rc;
+}
+
+/* Gives wholly free segments back to the device, oldest first, until `want` bytes are released or
+ * cached bytes are at most `keep` (whichever comes first); returns bytes released. Device failures keep
+ * the segment cached; *failed (optional) receives the first failure's code. `only` (NULL = any) limits
+ * it to one tenant's segments; a `taker` (NULL = none) releases memory of other tenants only down to
+ * their min. */
+static size_t release_free_segments(gp_pool_state *p, size_t want, size_t keep, int *failed, const gp_tenant *only,
+                                const gp_tenant *taker)
+{
+    size_t released = 0;
+    if (failed != NULL)
+        *failed = GP_OK;
+    gp_segment *seg = p->segments_head;
+    while (seg != NULL && released < want) {
+        size_t cached = atomic_load(&p->reserved) - gp_allocated_estimate(p);
+        if (cached <= keep)
+            break;
+        gp_segment *next = seg->next;
+        gp_stream_state *owner = seg->owner;
+        if ((only != NULL && owner->tenant != only) ||
+            (taker != NULL && owner->tenant != taker && !gp_tenant_can_give(owner->tenant, seg->size))) {
+            seg = next;
+            continue;
+        }
+        pthread_mutex_lock(&owner->lock);
+        if (seg->pages == NULL && gp_segment_wholly_free(seg)) {
+            size_t size = seg->size;
+            int rc = release_segment_locked(p, seg);
+            if (rc == GP_OK)
+                released += size;
+            else if (failed != NULL && *failed == GP_OK)
+                *failed = rc;
+        }
+        pthread_mutex_unlock(&owner->lock);
+        seg = next;
+    }
+    return released;
+}
+
+/*
+ * Before growing by `bytes` past `cap`: gives back wholly free segments, oldest first, but only when
+ * that brings the pool under the cap (releasing less would only trade device calls for nothing).
+ */
+static void release_over_cap(gp_pool_state *p, size_t bytes, size_t cap, const gp_tenant *taker)
+{
+    size_t reserved = atomic_load(&p->reserved);
+    if (cap == SIZE_MAX || reserved + bytes <= cap)
+        return;
+    size_t releasable = 0;
+    for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
+        pthread_mutex_lock(&seg->owner->lock);
+        if (seg->pages == NULL && gp_segment_wholly_free(seg) &&
+            (seg->owner->tenant == taker || gp_tenant_can_give(seg->owner->tenant, seg->size)))
+            releasable += seg->size;
+        pthread_mutex_unlock(&seg->owner->lock);
+    }
+    size_t excess = reserved + bytes - cap;
+    if (releasable >= excess)
+        release_free_segments(p, excess, 0, NULL, NULL, taker);
+}
+
+/* Allocates a new segment of `bytes` on the device for st, returned with its single FREE block on no
+ * list (the caller adopts it), charged to st's tenant once its budget admits it. Pool lock held, no
+ * stream lock. */
+static int grow(gp_pool_state *p, gp_stream_state *st, size_t bytes, bool small, gp_segment **out)
+{
+    int admitted = gp_provider_admit(p, st->tenant, bytes, bytes);
+    if (admitted != GP_OK)
+        return admitted;
+    gp_segment *seg = gp_segment_new();
+    if (seg == NULL)
+        return gp_error_set(GP_ERR_OOM, "out of host memory for segment metadata");
+    gp_devptr addr = 0;
+    int rc = p->ops->mem_alloc(p->ctx, bytes, &addr);
+    if (rc != GP_OK) {
+        gp_segment_discard(seg);
+        return rc;
+    }
+    gp_segment_place(p, seg, st, addr, bytes, small, bytes, GP_BLOCK_FREE);
+    size_t reserved = atomic_fetch_add(&p->reserved, bytes) + bytes;
+    gp_raise_peak(&p->reserved_peak, reserved);
+    atomic_fetch_add(&p->num_device_allocs, 1);
+    gp_tenant_charge(st->tenant, (int64_t)bytes);
+    *out = seg;
+    return GP_OK;
+}
+
+/*
+ * The allocation slow path over device allocations, one step at a time (pool lock held):
+ *   1. take from st's heap, with completed pending frees returned to it;
+ *   2. above the cache cap, take a wholly free segment of another stream (whose fence has completed);
+ *   3. above the cap, give unfit free segments back first, then grow by a new segment of the policy's
+ *      size (policy/segment_size.c), or of just enough whole pages when that fails;
+ *   4. at device OOM, return all streams' completed pending frees and steal again, waiting on the
+ *      owner's fence when steal_wait is set;
+ *   5. at OOM, give every wholly free segment back (others' only down to their min) and grow once more.
+ */
+static int alloc_segments(gp_pool_state *p, gp_stream_state *st, size_t size, size_t rsize, bool small, void **out)
+{
+    int rc = GP_OK;
+    gp_block *b = gp_provider_take(p, st, NULL, small, rsize, size);
+    gp_segment *seg = NULL;
+    size_t bytes = gp_segment_size_for(&p->cfg, rsize, small);
+    size_t cap = gp_cache_cap(&p->cfg, gp_allocated_estimate(p), atomic_load(&p->allocated_peak), rsize);
+    bool over_cap = cap != SIZE_MAX && atomic_load(&p->reserved) + bytes > cap;
+    /* Under the cap the stream grows; above it, it first takes a free segment another stream no
+     * longer uses (whose fence has completed), then gives unfit free segments back. */
+    if (b == NULL && over_cap && (seg = steal_segment(p, st, rsize, small, false)) != NULL)
+        b = gp_provider_take(p, st, seg, small, rsize, size);
+    if (b == NULL) {
+        size_t just_enough = gp_round_up(rsize, GP_DEVICE_PAGE);
+        if (over_cap)
+            release_over_cap(p, bytes, cap, st->tenant);
+        rc = grow(p, st, bytes, small, &seg);
+        if ((rc == GP_ERR_OOM || rc == GP_ERR_QUOTA || rc == GP_ERR_MIN_GUARANTEE) && bytes > just_enough) {
+            bytes = just_enough;
+            rc = grow(p, st, bytes, small, &seg);
+        }
+        if (rc == GP_ERR_OOM) /* other streams' completed cross-stream frees may free whole segments */
+            gp_collect_all_pending(p);
+        if (rc == GP_ERR_OOM && (seg = steal_segment(p, st, rsize, small, p->cfg.steal_wait)) != NULL)
+            rc = GP_OK;
+        if (rc == GP_ERR_OOM || rc == GP_ERR_MIN_GUARANTEE) {
+            /* Give wholly free segments back, oldest first (others' only down to their min), and try
+             * once more. */
+            atomic_fetch_add(&p->num_alloc_retries, 1);
+            if (release_free_segments(p, bytes, 0, NULL, NULL, st->tenant) > 0)
+                rc = grow(p, st, bytes, small, &seg);
+        }
+        if (rc == GP_OK) {
+            b = gp_provider_take(p, st, seg, small, rsize, size);
+            if (b == NULL)
+                rc = gp_error_set(GP_ERR_OOM, "out of host memory for block metadata");
+        } else if (rc == GP_ERR_MIN_GUARANTEE) {
+            atomic_fetch_add(&p->num_ooms, 1);
+            rc = GP_ERR_OOM; /* the admission's message says whose guarantee */
+        } else if (rc == GP_ERR_OOM) {
+            rc = gp_provider_out_of_memory(p, size, st->handle);
+        }
+    }
+    if (b != NULL)
+        *out = (void *)b->addr;
+    return rc;
+}
+
+
+/* Gives back wholly free segments (device allocations) free since before idle_before. */
+static size_t release_idle_segments(gp_pool_state *p, uint64_t idle_before, int *failed)
+{
+    size_t released = 0;
+    for (gp_segment *seg = p->segments_head, *next; seg != NULL; seg = next) {
+        next = seg->next;
+        if (seg->pages != NULL)
+            continue;
+        gp_stream_state *owner = seg->owner;
+        pthread_mutex_lock(&owner->lock);
+        bool idle = gp_segment_wholly_free(seg) && seg->first->free_since <= idle_before;
+        pthread_mutex_unlock(&owner->lock);
+        if (!idle)
+            continue;
+        size_t size = seg->size;
+        int rc = release_segment(p, seg);
+        if (rc == GP_OK)
+            released += size;
+        else if (*failed == GP_OK)
+            *failed = rc;
+    }
+    return released;
+}
+
+/* provider.h: with idle_before, what has been free since before it (idle_release, which passes keep
+ * 0); else down to `keep` cached bytes (release_threshold, gp_trim). */
+static size_t release(gp_pool_state *p, size_t keep, uint64_t idle_before, int *failed)
+{
+    if (idle_before != UINT64_MAX)
+        return release_idle_segments(p, idle_before, failed);
+    return release_free_segments(p, SIZE_MAX, keep, failed, NULL, NULL);
+}
+
+static size_t release_tenant(gp_pool_state *p, gp_tenant *t, size_t want, int *failed)
+{
+    return release_free_segments(p, want, 0, failed, t, NULL);
+}
+
+static size_t destroy(gp_pool_state *p, int *failed)
+{
+    size_t not_returned = 0;
+    for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
+        int rc = p->ops->mem_free(p->ctx, seg->addr, seg->size);
+        if (rc != GP_OK) {
+            not_returned += seg->size;
+            if (*failed == GP_OK)
+                *failed = rc;
+        }
+    }
+    return not_returned;
+}
+
+static const char *check_segment(gp_pool_state *p, gp_segment *seg)
+{
+    (void)p;
+    return seg->mapped_bytes == seg->size ? NULL : "a device allocation's mapped_bytes is not its size";
+}
+
+const gp_provider gp_provider_segments = {
+    .name = "segments",
+    .pages = false,
+    .alloc = alloc_segments,
+    .release = release,
+    .release_tenant = release_tenant,
+    .destroy = destroy,
+    .check_segment = check_segment,
+};

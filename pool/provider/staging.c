@@ -1,0 +1,179 @@
+/*
+ * staging.c — pinned host memory for pausing tenants with their contents.
+ *
+ * Staging buffers come from a jemalloc arena of their own whose extent hooks obtain memory from the
+ * backend's host_alloc (cudaHostAlloc on a GPU, plain pages on the sim), so page-locked memory is
+ * allocated in large extents and reused, not with one cudaHostAlloc per buffer. jemalloc is opened at
+ * run time with dlopen(RTLD_LOCAL): linking Debian's libjemalloc would make it the malloc of every
+ * process that loads libgpupool. dlopen can fail where the process has no static TLS left for it
+ * (glibc's "cannot allocate memory in static TLS block", e.g. inside Python; setting
+ * GLIBC_TUNABLES=glibc.rtld.optional_static_tls=4096 before the process starts avoids it); then each
+ * staging buffer is one host_alloc of its own, and gp_staging_kind says so.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "provider/staging.h"
+
+/* jemalloc's extent hooks (jemalloc/jemalloc.h, extent_hooks_t), declared here so that the library does
+ * not depend on the header at build time. */
+typedef struct extent_hooks_s extent_hooks_t;
+typedef void *(extent_alloc_t)(extent_hooks_t *, void *, size_t, size_t, bool *, bool *, unsigned);
+typedef bool(extent_dalloc_t)(extent_hooks_t *, void *, size_t, bool, unsigned);
+struct extent_hooks_s {
+    extent_alloc_t *alloc;
+    extent_dalloc_t *dalloc;
+    void *destroy, *commit, *decommit, *purge_lazy, *purge_forced, *split, *merge;
+};
+
+#define MALLOCX_ARENA(a) ((int)(((unsigned)(a) + 1) << 20))
+#define MALLOCX_TCACHE_NONE ((int)((0xffffffffu - 1) << 8))
+
+static struct {
+    pthread_once_t once;
+    bool ok;
+    int (*mallctl)(const char *, void *, size_t *, void *, size_t);
+    void *(*mallocx)(size_t, int);
+    void (*dallocx)(void *, int);
+} je = {PTHREAD_ONCE_INIT, false, NULL, NULL, NULL};
+
+static void open_jemalloc(void)
+{
+    void *lib = dlopen("libjemalloc.so.2", RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL)
+        return;
+    /* dlsym returns an object pointer; copy it into the function pointers (ISO C forbids the cast) */
+    void *sym = dlsym(lib, "mallctl");
+    memcpy(&je.mallctl, &sym, sizeof sym);
+    sym = dlsym(lib, "mallocx");
+    memcpy(&je.mallocx, &sym, sizeof sym);
+    sym = dlsym(lib, "dallocx");
+    memcpy(&je.dallocx, &sym, sizeof sym);
+    je.ok = je.mallctl != NULL && je.mallocx != NULL && je.dallocx != NULL;
+}
+
+/* The hooks of one pool's arena: the extent hooks first, so that the hook pointer is the struct. */
+typedef struct staging_hooks {
+    extent_hooks_t hooks;
+    gp_pool_state *pool;
+} staging_hooks;
+
+static void *extent_alloc(extent_hooks_t *hooks, void *new_addr, size_t size, size_t alignment, bool *zero,
+                          bool *commit, unsigned arena)
+{
+    (void)arena;
+    if (new_addr != NULL || alignment > 4096)
+        return NULL; /* host_alloc gives page-aligned memory at an address of its choosing */
+    gp_pool_state *p = ((staging_hooks *)hooks)->pool;
+    void *mem = NULL;
+    if (p->ops->host_alloc(p->ctx, size, &mem) != GP_OK)
+        return NULL;
+    *zero = false;
+    *commit = true;
+    return mem;
+}
+
+static bool extent_dalloc(extent_hooks_t *hooks, void *addr, size_t size, bool committed, unsigned arena)
+{
+    (void)committed;
+    (void)arena;
+    gp_pool_state *p = ((staging_hooks *)hooks)->pool;
+    return p->ops->host_free(p->ctx, addr, size) != GP_OK; /* true: jemalloc keeps it */
+}
+
+/* Creates the pool's arena on first use (pool lock held). */
+static bool arena_ready(gp_pool_state *p)
+{
+    pthread_once(&je.once, open_jemalloc);
+    if (!je.ok)
+        return false;
+    if (p->staging_hooks != NULL)
+        return true;
+    staging_hooks *h = calloc(1, sizeof *h);
+    if (h == NULL)
+        return false;
+    h->hooks.alloc = extent_alloc;
+    h->hooks.dalloc = extent_dalloc;
+    h->pool = p;
+    extent_hooks_t *hp = &h->hooks;
+    unsigned arena = 0;
+    size_t len = sizeof arena;
+    if (je.mallctl("arenas.create", &arena, &len, &hp, sizeof hp) != 0) {
+        free(h);
+        return false;
+    }
+    p->staging_hooks = h;
+    p->staging_arena = arena;
+    return true;
+}
+
+int gp_staging_alloc(gp_pool_state *p, size_t size, void **out)
+{
+    if (size == 0) {
+        *out = NULL;
+        return GP_OK;
+    }
+    if (arena_ready(p)) {
+        void *mem = je.mallocx(size, MALLOCX_ARENA(p->staging_arena) | MALLOCX_TCACHE_NONE);
+        if (mem == NULL)
+            return gp_error_set(GP_ERR_OOM, "out of pinned host memory for %zu bytes of staging", size);
+        *out = mem;
+        return GP_OK;
+    }
+    return p->ops->host_alloc(p->ctx, size, out);
+}
+
+void gp_staging_free(gp_pool_state *p, void *mem, size_t size)
+{
+    if (mem == NULL)
+        return;
+    if (p->staging_hooks != NULL)
+        je.dallocx(mem, MALLOCX_ARENA(p->staging_arena) | MALLOCX_TCACHE_NONE);
+    else
+        p->ops->host_free(p->ctx, mem, size);
+}
+
+void gp_staging_destroy(gp_pool_state *p)
+{
+    if (p->staging_hooks == NULL)
+        return;
+    char name[64];
+    snprintf(name, sizeof name, "arena.%u.destroy", p->staging_arena);
+    je.mallctl(name, NULL, NULL, NULL, 0); /* gives its extents back through extent_dalloc */
+    free(p->staging_hooks);
+    p->staging_hooks = NULL;
+}
+
+const char *gp_staging_kind(gp_pool_state *p)
+{
+    (void)p;
+    pthread_once(&je.once, open_jemalloc);
+    return je.ok ? "jemalloc" : "host_alloc";
+}
+
+/* Copies every LIVE block of t's ranges to (to_host) or from staging, in range and address order. */
+int gp_staging_copy_live(gp_pool_state *p, gp_tenant *t, unsigned char *staging, bool to_host)
+{
+    size_t at = 0;
+    for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
+        if (seg->owner->tenant != t || seg->pages == NULL)
+            continue;
+        for (gp_block *b = seg->first; b != NULL; b = b->next) {
+            if (b->state != GP_BLOCK_LIVE)
+                continue;
+            int rc = to_host ? p->ops->copy_to_host(p->ctx, staging + at, b->addr, b->size)
+                             : p->ops->copy_to_device(p->ctx, b->addr, staging + at, b->size);
+            if (rc != GP_OK)
+                return rc;
+            at += b->size;
+        }
+    }
+    return GP_OK;
+}

@@ -1,0 +1,81 @@
+/*
+ * stitch.c — stitching (defrag:on): before the vmm provider asks the device for new pages past the
+ * cache cap, it moves whole free pages cut out of FREE blocks anywhere in the pool into the range that
+ * grows, so that they make one contiguous block there (the idea of GMLake, ASPLOS 2024). Cutting free
+ * pages out (gp_vmm_unmap_free_pages) also serves giving memory back (release=true). Only pages
+ * inside FREE blocks move, and unmap waits for all device work first, so no stream can still be using
+ * them; contents that matter never move.
+ */
+#include <stdint.h>
+
+#include "policy/cache_cap.h"
+#include "provider/pages.h"
+#include "provider/pending.h"
+#include "provider/vmm.h"
+
+size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *keep, uint64_t idle_before,
+                               bool release, int *rc, const gp_tenant *only, const gp_tenant *taker)
+{
+    size_t got = 0;
+    for (gp_segment *seg = p->segments_head; seg != NULL && got < want; seg = seg->next) {
+        gp_stream_state *owner = seg->owner;
+        if (seg->pages == NULL || seg->paused || (only != NULL && owner->tenant != only))
+            continue;
+        bool others = taker != NULL && owner->tenant != taker;
+        pthread_mutex_lock(&owner->lock);
+        bool progress = true;
+        while (progress && got < want) {
+            progress = false;
+            for (gp_block *b = seg->first; b != NULL; b = b->next) {
+                if (b->state != GP_BLOCK_FREE || b == keep || b->free_since > idle_before)
+                    continue;
+                uintptr_t first = seg->addr + gp_div_up(b->addr - seg->addr, p->page) * p->page;
+                uintptr_t end = seg->addr + (b->addr + b->size - seg->addr) / p->page * p->page;
+                if (end <= first)
+                    continue;
+                size_t n = (end - first) / p->page;
+                if (n > want - got)
+                    n = want - got;
+                while (others && n > 0 && !gp_tenant_can_give(owner->tenant, n * p->page))
+                    n--;
+                if (n == 0)
+                    continue;
+                int one = GP_OK;
+                size_t done = gp_pages_unmap(p, owner, seg, b, first, n, release, &one);
+                got += done;
+                if (one != GP_OK && *rc == GP_OK)
+                    *rc = one;
+                progress = done > 0; /* the chain changed: rescan the range */
+                break;
+            }
+        }
+        pthread_mutex_unlock(&owner->lock);
+    }
+    return got;
+}
+
+/*
+ * Pages beyond the pool's come from the device while the pool stays under its cache cap
+ * ((1 + cache_slack) x the peak of allocated bytes: the demand the workload has shown); past it, from
+ * whole free pages anywhere in the pool, as many as keep it under the cap, and only the rest from the
+ * device. The cap does not grow with what was stitched: a pool that held on to every layout it once
+ * stitched for ends up with the sum of those layouts (on several streams, the sum of each stream's own
+ * peak: 1.3-2.2 x live on the workloads of issue 11), while moving free pages to where the demand is
+ * keeps it at the demand's peak. The price is paid in map calls where the layout a step needs keeps
+ * moving (a serving loop of varying shapes, several streams whose peaks take turns); defrag:off
+ * instead grows once and then maps nothing.
+ */
+void gp_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t pages, const gp_block *keep)
+{
+    size_t cap = gp_cache_cap(&p->cfg, gp_allocated_estimate(p), atomic_load(&p->allocated_peak), rsize);
+    size_t after = atomic_load(&p->reserved) + (pages - p->pooled_count) * p->page;
+    if (cap != SIZE_MAX && after > cap) {
+        int urc = GP_OK;
+        gp_collect_all_pending(p); /* quick-listed blocks hide whole free pages */
+        size_t want = gp_div_up(after - cap, p->page);
+        if (want > pages - p->pooled_count)
+            want = pages - p->pooled_count;
+        if (gp_vmm_unmap_free_pages(p, want, keep, UINT64_MAX, false, &urc, NULL, st->tenant) > 0)
+            atomic_fetch_add(&p->num_stitches, 1);
+    }
+}

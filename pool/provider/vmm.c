@@ -1,0 +1,494 @@
+/*
+ * vmm.c — the vmm provider (provider.h): the pool over virtual memory (backends vmm and sim-vmm),
+ * physical pages mapped behind reserved address ranges, so that memory can be moved instead of
+ * allocated. Stitching (step 2 below) is provider/stitch.c; pausing a range, for api/pause.c, is here.
+ *
+ * A stream's heap of one kind (small or large) grows in place: its ranges reserve far more address
+ * space than they map (vmm_reserve, by default the device's whole memory), and a miss maps new pages
+ * at the front of an UNMAPPED stretch, preferably right after a FREE block, which it extends (the idea
+ * of PyTorch's expandable segments). The pages come, in this order, from
+ *   1. the page pool: physical handles mapped nowhere, kept for reuse;
+ *   2. stitching (defrag:on): whole free pages cut out of FREE blocks anywhere in the pool, unmapped
+ *      and mapped again where they make one contiguous block (the idea of GMLake, ASPLOS 2024);
+ *   3. the device (phys_create).
+ * Before any of these, a stream whose heap misses takes another stream's unused range (steal_range)
+ * or borrows another stream's idle free block (borrow): memory moves between streams without a device
+ * or map call. Moved pages change owner and address but never contents that matter: only pages inside
+ * FREE blocks move, and unmap waits for all device work first, so no stream can still be using them.
+ *
+ * Pages are mapped and unmapped in runs (provider/pages.c) and every change leaves the pool
+ * consistent: a map or unmap that fails stops the operation with the pages done so far in place (FREE
+ * and usable, or back in the page pool) and fails only the request that asked for it.
+ *
+ * Locks: the pool lock is held throughout; a range's blocks change under its owner's stream lock,
+ * which is held across the map/unmap calls on that range (slow path only). UNMAPPED blocks are created
+ * and removed only here, under the pool lock.
+ */
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "provider/pending.h"
+#include "provider/provider.h"
+#include "provider/pages.h"
+#include "provider/vmm.h"
+
+/* ---- growth ----------------------------------------------------------------------------------- */
+
+/* A new range of at least `bytes` for st's heap of kind `small`: reserved, nothing mapped. */
+static int new_range(gp_pool_state *p, gp_stream_state *st, size_t bytes, bool small, gp_segment **out)
+{
+    size_t want = p->cfg.vmm_reserve != 0 ? p->cfg.vmm_reserve : p->device_total;
+    want = gp_round_up(want > bytes ? want : bytes, p->page);
+    gp_segment *seg = gp_segment_new();
+    if (seg == NULL)
+        return gp_error_set(GP_ERR_OOM, "out of host memory for a virtual range");
+    gp_devptr va = 0;
+    int rc = p->ops->va_reserve(p->ctx, want, &va);
+    if (rc == GP_ERR_OOM && want > gp_round_up(bytes, p->page)) { /* address space is short: just enough */
+        want = gp_round_up(bytes, p->page);
+        rc = p->ops->va_reserve(p->ctx, want, &va);
+    }
+    if (rc == GP_OK && (seg->pages = calloc(want / p->page, sizeof *seg->pages)) == NULL) {
+        p->ops->va_release(p->ctx, va, want);
+        rc = gp_error_set(GP_ERR_OOM, "out of host memory for a page table of %zu pages", want / p->page);
+    }
+    if (rc != GP_OK) {
+        gp_segment_discard(seg);
+        return rc;
+    }
+    gp_segment_place(p, seg, st, va, want, small, 0, GP_BLOCK_UNMAPPED);
+    *out = seg;
+    return GP_OK;
+}
+
+/* The UNMAPPED block of st's ranges of kind `small` where mapping the fewest pages yields a FREE block
+ * of rsize (extending the FREE block before it). st locked. */
+static gp_block *growth_spot(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small, size_t *pages)
+{
+    gp_block *spot = NULL;
+    *pages = SIZE_MAX;
+    for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
+        if (seg->owner != st || seg->small != small || seg->pages == NULL || seg->mapped_bytes == seg->size)
+            continue;
+        for (gp_block *b = seg->first; b != NULL; b = b->next) {
+            if (b->state != GP_BLOCK_UNMAPPED)
+                continue;
+            size_t before = b->prev != NULL && b->prev->state == GP_BLOCK_FREE ? b->prev->size : 0;
+            size_t need = rsize > before ? gp_div_up(rsize - before, p->page) : 1;
+            if (need * p->page <= b->size && need < *pages) {
+                spot = b;
+                *pages = need;
+            }
+        }
+    }
+    return spot;
+}
+
+/* Makes a FREE block of at least `rsize` in st's heap of kind `small` by mapping pooled, stitched or
+ * new physical pages into st's ranges. */
+static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
+{
+    pthread_mutex_lock(&st->lock);
+    size_t pages = 0;
+    gp_block *spot = growth_spot(p, st, rsize, small, &pages);
+    const gp_block *keep = spot != NULL && spot->prev != NULL && spot->prev->state == GP_BLOCK_FREE ? spot->prev : NULL;
+    pthread_mutex_unlock(&st->lock);
+    int rc = GP_OK;
+    if (spot == NULL) {
+        gp_segment *seg = NULL;
+        rc = new_range(p, st, rsize, small, &seg);
+        if (rc != GP_OK)
+            return rc;
+        spot = seg->first;
+        pages = gp_div_up(rsize, p->page);
+        keep = NULL;
+    }
+    rc = gp_provider_admit(p, st->tenant, pages * p->page, rsize);
+    if (rc != GP_OK)
+        return rc;
+    if (p->cfg.defrag && pages > p->pooled_count)
+        gp_stitch(p, st, rsize, pages, keep);
+    pthread_mutex_lock(&st->lock);
+    assert(spot->state == GP_BLOCK_UNMAPPED); /* only pool-lock holders change UNMAPPED blocks */
+    size_t done = gp_pages_map_front(p, st, spot->segment, spot, pages, &rc);
+    pthread_mutex_unlock(&st->lock);
+    if (done == pages)
+        return GP_OK;
+    if (rc == GP_ERR_OOM) {
+        /* The device is full: every free page anywhere may serve, then try the rest again. */
+        int urc = GP_OK;
+        gp_collect_all_pending(p);
+        gp_vmm_unmap_free_pages(p, pages - done, NULL, UINT64_MAX, false, &urc, NULL, st->tenant);
+        pthread_mutex_lock(&st->lock);
+        spot = growth_spot(p, st, rsize, small, &pages);
+        done = spot != NULL ? gp_pages_map_front(p, st, spot->segment, spot, pages, &rc) : 0;
+        pthread_mutex_unlock(&st->lock);
+        if (spot != NULL && done == pages)
+            return GP_OK;
+    }
+    return rc != GP_OK ? rc : gp_error_set(GP_ERR_OOM, "could not map %zu pages", pages);
+}
+
+/*
+ * Takes the range of another stream of st's tenant with the fewest mapped bytes that holds `size`
+ * bytes and nothing live (every block FREE or UNMAPPED: gp_segment_unused), once its owner's work is
+ * done (gp_stream_idle): the range changes owner with its mapped pages and its UNMAPPED address space,
+ * so the new owner can also grow it in place. Returned with owner == st and its FREE blocks on no list
+ * (gp_provider_take puts them in st's heap). NULL when none may be taken.
+ */
+static gp_segment *steal_range(gp_pool_state *p, gp_stream_state *st, size_t size, bool small)
+{
+    gp_segment *best = NULL;
+    for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
+        if (seg->owner == st || seg->small != small || seg->paused || seg->pages == NULL ||
+            seg->mapped_bytes < size || seg->owner->tenant != st->tenant)
+            continue;
+        if (best != NULL && seg->mapped_bytes >= best->mapped_bytes)
+            continue;
+        gp_stream_state *owner = seg->owner;
+        pthread_mutex_lock(&owner->lock);
+        bool usable = gp_segment_unused(seg) && gp_stream_idle(p, owner);
+        pthread_mutex_unlock(&owner->lock);
+        if (usable)
+            best = seg;
+    }
+    if (best == NULL)
+        return NULL;
+    gp_stream_state *owner = best->owner;
+    pthread_mutex_lock(&owner->lock);
+    bool taken = gp_segment_unused(best) && gp_stream_idle(p, owner); /* the owner may have used it since */
+    if (taken) {
+        for (gp_block *b = best->first; b != NULL; b = b->next)
+            if (b->state == GP_BLOCK_FREE)
+                gp_heap_remove(gp_heap_of(owner, small), b);
+        best->owner = st;
+        gp_tenant_charge(owner->tenant, -(int64_t)best->mapped_bytes);
+        gp_tenant_charge(st->tenant, (int64_t)best->mapped_bytes);
+        atomic_fetch_add(&p->num_stream_steals, 1);
+    }
+    pthread_mutex_unlock(&owner->lock);
+    return taken ? best : NULL;
+}
+
+/*
+ * Borrowing: the smallest free block that fits among the heaps (of kind `small`) of the other streams of
+ * st's tenant whose work is done (gp_stream_idle), handed out to st without a device or map call. The
+ * block stays in its lender's range and live map, with st recorded as its user, so that its free on st
+ * takes the cross-stream path (api/free.c): it becomes PENDING on an event recorded on st and returns
+ * to the lender's heap once st's work on it has completed. Several models (or replicas) on one GPU
+ * take turns at their peaks; borrowing lets one stream's peak use another's idle cache where it lies,
+ * so that the streams together need about the memory of their combined peak instead of the sum of
+ * their own peaks, and nothing has to be unmapped or mapped again to move it.
+ */
+static gp_block *borrow(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t size, bool small)
+{
+    gp_stream_state *lender = NULL;
+    size_t best = 0;
+    unsigned count = atomic_load(&p->streams.count);
+    for (unsigned i = 0; i < count; i++) {
+        gp_stream_state *o = p->streams.by_index[i];
+        if (o == st || o->handle == st->handle || o->tenant != st->tenant)
+            continue;
+        pthread_mutex_lock(&o->lock);
+        gp_heap *heap = gp_heap_of(o, small);
+        size_t fit = 0;
+        if (heap->free_bytes >= rsize) {
+            gp_pending_collect(p, o, 0);
+            fit = gp_heap_fit(heap, rsize);
+        }
+        if (fit != 0 && (best == 0 || fit < best) && gp_stream_idle(p, o)) {
+            lender = o;
+            best = fit;
+        }
+        pthread_mutex_unlock(&o->lock);
+    }
+    if (lender == NULL)
+        return NULL;
+    pthread_mutex_lock(&lender->lock);
+    gp_block *b = NULL;
+    if (gp_stream_idle(p, lender) && gp_block_map_reserve(&lender->live))
+        b = gp_heap_take(gp_heap_of(lender, small), &lender->blocks, rsize);
+    if (b != NULL) {
+        gp_hand_out(p, lender, b, size);
+        gp_stream_state **uses = b->uses != NULL ? b->uses : b->uses_inline;
+        uses[0] = st; /* capacity >= GP_BLOCK_INLINE_USES >= 1 */
+        b->use_count = 1;
+    }
+    pthread_mutex_unlock(&lender->lock);
+    return b;
+}
+
+/* The allocation slow path on a virtual memory backend, in this order: st's own heap; another stream's
+ * unused range (it changes owner with its pages); borrowing another stream's idle free block (both
+ * without a device or map call); growth in place from pooled, new or stitched pages. A fast path on st
+ * may take the new memory between growth and adoption, so growth is retried. */
+static int alloc_vmm(gp_pool_state *p, gp_stream_state *st, size_t size, size_t rsize, bool small, void **out)
+{
+    gp_block *b = gp_provider_take(p, st, NULL, small, rsize, size);
+    gp_segment *seg;
+    if (b == NULL && (seg = steal_range(p, st, rsize, small)) != NULL)
+        b = gp_provider_take(p, st, seg, small, rsize, size);
+    if (b == NULL && p->cfg.borrow)
+        b = borrow(p, st, rsize, size, small);
+    int rc = GP_OK;
+    for (int attempt = 0; b == NULL && attempt < 3; attempt++) {
+        rc = grow(p, st, rsize, small);
+        if (rc != GP_OK)
+            break;
+        b = gp_provider_take(p, st, NULL, small, rsize, size);
+    }
+    if (b != NULL) {
+        *out = (void *)b->addr;
+        return GP_OK;
+    }
+    if (rc == GP_OK)
+        rc = gp_error_set(GP_ERR_OOM, "out of host memory for block metadata");
+    if (rc == GP_ERR_MIN_GUARANTEE) {
+        atomic_fetch_add(&p->num_ooms, 1);
+        return GP_ERR_OOM;
+    }
+    return rc == GP_ERR_OOM ? gp_provider_out_of_memory(p, size, st->handle) : rc;
+}
+
+
+/* ---- giving memory back ------------------------------------------------------------------------ */
+
+/* Frees the address space of ranges with nothing mapped. */
+static void release_empty_ranges(gp_pool_state *p)
+{
+    for (gp_segment *seg = p->segments_head, *next; seg != NULL; seg = next) {
+        next = seg->next;
+        if (seg->pages == NULL || seg->mapped_bytes != 0 || seg->paused)
+            continue;
+        if (p->ops->va_release(p->ctx, seg->addr, seg->size) != GP_OK)
+            continue; /* keep it; a later pass tries again */
+        gp_segment_unlink(p, seg);
+        assert(seg->first->state == GP_BLOCK_UNMAPPED && seg->first->next == NULL);
+        free(seg->first);
+        free(seg->pages);
+        free(seg);
+    }
+}
+
+static size_t release(gp_pool_state *p, size_t keep, uint64_t idle_before, int *failed)
+{
+    size_t before = atomic_load(&p->reserved);
+    *failed = GP_OK;
+    /* Pooled pages first: they are unmapped already. */
+    size_t i = 0;
+    while (i < p->pooled_count) {
+        size_t cached = atomic_load(&p->reserved) - gp_allocated_estimate(p);
+        if (cached <= keep)
+            break;
+        if (p->pooled_since[i] > idle_before) {
+            i++;
+            continue;
+        }
+        gp_phys handle = p->pooled[i];
+        p->pooled[i] = p->pooled[p->pooled_count - 1];
+        p->pooled_since[i] = p->pooled_since[p->pooled_count - 1];
+        p->pooled_count--;
+        int rc = gp_page_release(p, handle); /* on failure the page is pooled again at the end */
+        if (rc != GP_OK) {
+            if (*failed == GP_OK)
+                *failed = rc;
+            break;
+        }
+    }
+    size_t cached = atomic_load(&p->reserved) - gp_allocated_estimate(p);
+    if (cached > keep) {
+        int rc = GP_OK;
+        gp_vmm_unmap_free_pages(p, gp_div_up(cached - keep, p->page), NULL, idle_before, true, &rc, NULL, NULL);
+        if (rc != GP_OK && *failed == GP_OK)
+            *failed = rc;
+    }
+    release_empty_ranges(p);
+    size_t after = atomic_load(&p->reserved);
+    return before > after ? before - after : 0;
+}
+
+static size_t release_tenant(gp_pool_state *p, gp_tenant *t, size_t want, int *failed)
+{
+    size_t before = atomic_load(&p->reserved);
+    *failed = GP_OK;
+    gp_vmm_unmap_free_pages(p, gp_div_up(want, p->page), NULL, UINT64_MAX, true, failed, t, NULL);
+    size_t after = atomic_load(&p->reserved);
+    return before > after ? before - after : 0;
+}
+
+static size_t destroy(gp_pool_state *p, int *failed)
+{
+    size_t lost = 0;
+    for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
+        if (seg->pages == NULL)
+            continue;
+        bool clean = true;
+        if (seg->paused && seg->mapped_bytes == 0) { /* nothing mapped: only the address range is left */
+            if (p->ops->va_release(p->ctx, seg->addr, seg->size) != GP_OK && *failed == GP_OK)
+                *failed = GP_ERR_DEVICE;
+            continue;
+        }
+        /* Runs of mapped pages, each unmapped after one device synchronize, then released. */
+        gp_block *b = seg->first;
+        uintptr_t run = 0;
+        size_t n = 0;
+        for (uintptr_t va = seg->addr; va <= seg->addr + seg->size; va += p->page) {
+            bool mapped = false;
+            if (va < seg->addr + seg->size) {
+                while (b->addr + b->size <= va)
+                    b = b->next;
+                /* unmapped blocks are whole pages; paused ranges may have pages without memory */
+                mapped = b->state != GP_BLOCK_UNMAPPED && seg->pages[gp_page_index(p, seg, va)] != GP_PHYS_NONE;
+            }
+            if (mapped) {
+                if (n++ == 0)
+                    run = va;
+                continue;
+            }
+            while (n > 0) {
+                size_t done = 0;
+                int rc = gp_pages_unmap_run(p, run, n, &done);
+                for (size_t i = 0; i < done; i++) {
+                    int rrc = p->ops->phys_release(p->ctx, seg->pages[gp_page_index(p, seg, run) + i]);
+                    if (rrc != GP_OK) {
+                        lost += p->page;
+                        clean = false;
+                        if (*failed == GP_OK)
+                            *failed = rrc;
+                    }
+                }
+                if (rc != GP_OK) { /* the page that failed stays mapped and is lost; go on after it */
+                    lost += p->page;
+                    clean = false;
+                    if (*failed == GP_OK)
+                        *failed = rc;
+                    done++;
+                }
+                run += done * p->page;
+                n -= done;
+            }
+        }
+        if (clean && p->ops->va_release(p->ctx, seg->addr, seg->size) != GP_OK && *failed == GP_OK)
+            *failed = GP_ERR_DEVICE;
+    }
+    for (size_t i = 0; i < p->pooled_count; i++) {
+        int rc = p->ops->phys_release(p->ctx, p->pooled[i]);
+        if (rc != GP_OK) {
+            lost += p->page;
+            if (*failed == GP_OK)
+                *failed = rc;
+        }
+    }
+    p->pooled_count = 0;
+    return lost;
+}
+
+static const char *check_segment(gp_pool_state *p, gp_segment *seg)
+{
+    if (seg->paused) { /* mapped: the pages outside UNMAPPED blocks that have a handle again */
+        size_t mapped = 0;
+        const gp_block *b = seg->first;
+        for (uintptr_t va = seg->addr; va < seg->addr + seg->size; va += p->page) {
+            while (b->addr + b->size <= va)
+                b = b->next;
+            if (b->state != GP_BLOCK_UNMAPPED && seg->pages[gp_page_index(p, seg, va)] != GP_PHYS_NONE)
+                mapped += p->page;
+        }
+        return mapped == seg->mapped_bytes ? NULL : "a paused range's mapped_bytes disagrees with its pages";
+    }
+    size_t unmapped = 0;
+    for (gp_block *b = seg->first; b != NULL; b = b->next) {
+        if (b->state != GP_BLOCK_UNMAPPED)
+            continue;
+        if ((b->addr - seg->addr) % p->page != 0 || b->size % p->page != 0)
+            return "an unmapped block is not whole pages";
+        if (b->next != NULL && b->next->state == GP_BLOCK_UNMAPPED)
+            return "two unmapped blocks stand side by side";
+        unmapped += b->size;
+    }
+    if (seg->mapped_bytes != seg->size - unmapped)
+        return "mapped_bytes disagrees with the unmapped blocks";
+    return NULL;
+}
+
+const gp_provider gp_provider_vmm = {
+    .name = "vmm",
+    .pages = true,
+    .alloc = alloc_vmm,
+    .release = release,
+    .release_tenant = release_tenant,
+    .destroy = destroy,
+    .check_segment = check_segment,
+};
+
+/* ---- pausing a range (api/pause.c) ------------------------------------------------------------- */
+
+/* True for a page of seg that lies in no UNMAPPED block (it had memory when the range was paused). */
+static bool page_in_use(const gp_segment *seg, uintptr_t va)
+{
+    for (const gp_block *b = seg->first; b != NULL; b = b->next)
+        if (va >= b->addr && va < b->addr + b->size)
+            return b->state != GP_BLOCK_UNMAPPED;
+    return false;
+}
+
+/* Maps fresh pages at every in-use page of seg that has none; the range is unpaused once all have. */
+int gp_vmm_resume_range(gp_pool_state *p, gp_segment *seg)
+{
+    size_t pages = seg->size / p->page;
+    for (size_t i = 0; i < pages; i++) {
+        uintptr_t va = seg->addr + i * p->page;
+        if (seg->pages[i] != GP_PHYS_NONE || !page_in_use(seg, va))
+            continue;
+        gp_phys handle;
+        int rc = gp_page_get(p, &handle);
+        if (rc != GP_OK)
+            return rc;
+        rc = p->ops->map(p->ctx, va, p->page, handle);
+        if (rc != GP_OK) {
+            gp_page_release(p, handle);
+            return rc;
+        }
+        seg->pages[i] = handle;
+        atomic_fetch_add(&p->num_maps, 1);
+        seg->mapped_bytes += p->page;
+        p->paused_bytes -= p->page;
+        gp_tenant_charge(seg->owner->tenant, (int64_t)p->page);
+    }
+    seg->paused = false;
+    return GP_OK;
+}
+
+/* Unmaps and releases every in-use page of seg (marking each GP_PHYS_NONE), stopping at a failure; each
+ * run of consecutive mapped pages is unmapped after one device synchronize. */
+int gp_vmm_pause_range(gp_pool_state *p, gp_segment *seg)
+{
+    size_t pages = seg->size / p->page;
+    seg->paused = true;
+    for (size_t i = 0; i < pages;) {
+        uintptr_t va = seg->addr + i * p->page;
+        /* a page of no block in use, or of a paused range that failed to resume part-way: skip */
+        if (!page_in_use(seg, va) || seg->pages[i] == GP_PHYS_NONE) {
+            i++;
+            continue;
+        }
+        size_t n = 1;
+        while (i + n < pages && seg->pages[i + n] != GP_PHYS_NONE && page_in_use(seg, va + n * p->page))
+            n++;
+        size_t done = 0;
+        int rc = gp_pages_unmap_run(p, va, n, &done);
+        atomic_fetch_add(&p->num_unmaps, done);
+        for (size_t k = 0; k < done; k++, i++) {
+            seg->mapped_bytes -= p->page;
+            p->paused_bytes += p->page;
+            gp_tenant_charge(seg->owner->tenant, -(int64_t)p->page);
+            gp_page_release(p, seg->pages[i]);
+            seg->pages[i] = GP_PHYS_NONE;
+        }
+        if (rc != GP_OK)
+            return rc;
+    }
+    return GP_OK;
+}
