@@ -16,8 +16,9 @@
 
 static const char replay_usage[] =
     "usage: gpupool replay [--device-memory SIZE] [--conf CONF] [--repeat N] [--json] [--plot FILE.svg]\n"
-    "                      TRACE...\n"
-    "       gpupool replay [--device-memory SIZE] [--conf CONF] [--json]\n"
+    "                      [--snapshot FILE.pickle [--snapshot-format dict|list]] TRACE...\n"
+    "       gpupool replay [--device-memory SIZE] [--conf CONF] [--json] [--snapshot FILE.pickle]\n"
+    "                      [--processes] [--speed F]\n"
     "                      --model NAME=TRACE[:max=SIZE][:high=SIZE][:min=SIZE] ...\n"
     "\n"
     "Replays each allocation trace (RMM's CSV allocation log: Thread,Time,Action,Pointer,Size,Stream)\n"
@@ -32,10 +33,24 @@ static const char replay_usage[] =
     "                        (as a training loop would); time per event is the median over passes\n"
     "  --json                print exactly one JSON object on stdout\n"
     "  --plot FILE.svg       draw live and reserved bytes over the replay(s) into FILE.svg\n"
+    "  --snapshot FILE.pickle\n"
+    "                        at the end of the last pass, write the pool as PyTorch's memory snapshot\n"
+    "                        (segments, blocks and the device trace of the last pass, each model's name\n"
+    "                        in the frames) for pytorch.org/memory_viz and torch.cuda._memory_viz\n"
+    "  --snapshot-format dict|list\n"
+    "                        dict (default): what torch.cuda.memory._snapshot() returns in PyTorch 2.x;\n"
+    "                        list: the segment list alone, as PyTorch 1.x's memory_snapshot()\n"
+    "  TRACE                 a .csv or .csv.gz file, or - for standard input\n"
     "  --model NAME=TRACE[:max=SIZE][:high=SIZE][:min=SIZE]\n"
     "                        replay several traces together, interleaved by their Time column, each as\n"
     "                        one tenant (model) with those limits on streams of its own; reports each\n"
-    "                        model's peak bytes held and refused allocations\n";
+    "                        model's peak bytes held and refused allocations\n"
+    "  --processes           with --model: each model in a process of its own (its own simulated GPU),\n"
+    "                        all against one per-GPU ledger (conf ledger:NAME, else one of the replay's\n"
+    "                        own), as one process per model or replica is deployed; the limits are\n"
+    "                        then GPU-wide budgets and a NAME given twice is one tenant in two processes\n"
+    "  --speed FACTOR        with --model: replay each event no sooner than its Time divided by FACTOR\n"
+    "                        (1 = the trace's own pace; default: as fast as possible)\n";
 
 /* Plot data: one bucket per x pixel-ish, holding the largest live and reserved seen in it. */
 #define PLOT_BUCKETS 1200u
@@ -171,7 +186,10 @@ int gp_cmd_replay(int argc, char **argv)
     const char *conf = "";
     const char *plot = NULL;
     unsigned repeat = 1;
-    int json = 0;
+    int json = 0, processes = 0;
+    double speed = 0;
+    const char *snapshot = NULL;
+    unsigned snapshot_flags = 0;
     int first_trace = argc;
     const char **model_specs = calloc((size_t)argc, sizeof *model_specs);
     int num_models = 0;
@@ -188,17 +206,22 @@ int gp_cmd_replay(int argc, char **argv)
             json = 1;
             continue;
         }
+        if (strcmp(a, "--processes") == 0) {
+            processes = 1;
+            continue;
+        }
         if (strcmp(a, "--") == 0) {
             first_trace = i + 1;
             break;
         }
-        if (a[0] != '-') {
+        if (a[0] != '-' || strcmp(a, "-") == 0) { /* "-": a trace on standard input */
             first_trace = i;
             break;
         }
-        const char *names[] = {"--device-memory", "--conf", "--repeat", "--plot", "--model"};
+        const char *names[] = {"--device-memory", "--conf", "--repeat", "--plot", "--model", "--snapshot-format",
+                               "--snapshot", "--speed"};
         int which = -1;
-        for (int k = 0; k < 5; k++) {
+        for (int k = 0; k < 8; k++) {
             size_t n = strlen(names[k]);
             if (strncmp(a, names[k], n) == 0 && (a[n] == '\0' || a[n] == '=')) {
                 which = k;
@@ -232,6 +255,27 @@ int gp_cmd_replay(int argc, char **argv)
             repeat = (unsigned)n;
         } else if (which == 4) {
             model_specs[num_models++] = value;
+        } else if (which == 5) {
+            if (strcmp(value, "dict") == 0) {
+                snapshot_flags = 0;
+            } else if (strcmp(value, "list") == 0) {
+                snapshot_flags = GP_SNAPSHOT_LIST;
+            } else {
+                fprintf(stderr, "gpupool replay: --snapshot-format %s: expected dict or list\n", value);
+                free(model_specs);
+                return 2;
+            }
+        } else if (which == 6) {
+            snapshot = value;
+        } else if (which == 7) {
+            char *end;
+            speed = strtod(value, &end);
+            if (*end != '\0' || !(speed > 0)) {
+                fprintf(stderr, "gpupool replay: --speed %s: expected a factor above 0 (1 = the trace's own pace)\n",
+                        value);
+                free(model_specs);
+                return 2;
+            }
         } else {
             plot = value;
         }
@@ -242,7 +286,10 @@ int gp_cmd_replay(int argc, char **argv)
             free(model_specs);
             return 2;
         }
-        int status = gp_replay_models(model_specs, num_models, dm, conf, json);
+        int status = gp_replay_models(model_specs, num_models, dm, conf, json, snapshot, snapshot_flags, processes,
+                                      speed);
+        if (status == 0 && snapshot != NULL && !json)
+            printf("snapshot written to %s\n", snapshot);
         free(model_specs);
         return status;
     }
@@ -252,6 +299,10 @@ int gp_cmd_replay(int argc, char **argv)
         return 2;
     }
     int num_traces = argc - first_trace;
+    if (snapshot != NULL && num_traces > 1) {
+        fprintf(stderr, "gpupool replay: --snapshot writes one pool: give one trace (or several as --model)\n");
+        return 2;
+    }
     gp_svg_panel *panels = plot ? calloc((size_t)num_traces, sizeof *panels) : NULL;
     gp_svg_series *series = plot ? calloc((size_t)num_traces * 3, sizeof *series) : NULL;
     plot_data *plots = plot ? calloc((size_t)num_traces, sizeof *plots) : NULL;
@@ -285,7 +336,8 @@ int gp_cmd_replay(int argc, char **argv)
                     "older allocation stays live until the end of the pass\n",
                     path, trace.double_allocs, trace.double_allocs == 1 ? "" : "s", path,
                     trace.first_double_alloc_line);
-        gp_replay_options opt = {.device_memory = dm, .conf = conf, .repeat = repeat};
+        gp_replay_options opt = {.device_memory = dm, .conf = conf, .repeat = repeat, .snapshot = snapshot,
+                                 .snapshot_flags = snapshot_flags};
         gp_replay_result *res = malloc(sizeof *res);
         if (res == NULL) {
             fprintf(stderr, "gpupool replay: out of host memory\n");
@@ -308,6 +360,8 @@ int gp_cmd_replay(int argc, char **argv)
             if (ti > 0)
                 putchar('\n');
             print_text(&trace, res);
+            if (snapshot != NULL)
+                printf("  snapshot              written to %s\n", snapshot);
         }
         if (plot) {
             /* a second, observed run (stats after every event), so that the timed run stays clean */
@@ -328,6 +382,7 @@ int gp_cmd_replay(int argc, char **argv)
                     pd->x[b] = pd->total ? (double)((b * pd->total + pd->buckets - 1) / pd->buckets) : 0.0;
                 opt.observe = plot_observe;
                 opt.opaque = pd;
+                opt.snapshot = NULL; /* written by the timed run */
                 if (gp_replay_run(&trace, &opt, observed, err, sizeof err) != 0) {
                     fprintf(stderr, "gpupool replay: %s: %s\n", path, err);
                     status = 1;

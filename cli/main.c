@@ -1,5 +1,6 @@
 /*
- * main.c — the `gpupool` program: `gpupool demo`, `gpupool replay TRACE...`, `gpupool help`.
+ * main.c — the `gpupool` program: `gpupool demo`, `gpupool replay TRACE...`, the ledger commands
+ * (budget, top, exporter, ledger), `gpupool help`.
  */
 #include <stdio.h>
 #include <string.h>
@@ -15,6 +16,13 @@ static const char usage[] =
     "                 model and for the pool, and writes demo.svg. Needs no GPU and no files.\n"
     "  replay TRACE.. replays allocation traces (RMM CSV logs) on the simulated GPU and reports peak\n"
     "                 reserved over peak live, device calls and host time per event\n"
+    "  budget NAME max=SIZE min=SIZE\n"
+    "                 GPU-wide budget of a tenant in the ledger shared by every process on a GPU\n"
+    "  top [--once] [--json]\n"
+    "                 every process and tenant on the GPU from its ledger, refreshed every second\n"
+    "  exporter [--listen 127.0.0.1:9464]\n"
+    "                 the ledger's figures at /metrics in Prometheus's text format\n"
+    "  ledger --remove  removes a ledger (e.g. one of an older layout)\n"
     "  help [config]  this text, or the pool's configuration keys (GPUPOOL_CONF / --conf)\n"
     "  version        the library version\n"
     "\n"
@@ -31,6 +39,14 @@ int main(int argc, char **argv)
         return gp_cmd_replay(argc - 1, argv + 1);
     if (strcmp(cmd, "demo") == 0)
         return gp_cmd_demo(argc - 1, argv + 1);
+    if (strcmp(cmd, "budget") == 0)
+        return gp_cmd_budget(argc - 1, argv + 1);
+    if (strcmp(cmd, "top") == 0)
+        return gp_cmd_top(argc - 1, argv + 1);
+    if (strcmp(cmd, "exporter") == 0)
+        return gp_cmd_exporter(argc - 1, argv + 1);
+    if (strcmp(cmd, "ledger") == 0)
+        return gp_cmd_ledger(argc - 1, argv + 1);
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
         if (argc > 2 && strcmp(argv[2], "config") == 0)
             fputs(gp_config_help(), stdout);

@@ -255,6 +255,14 @@ int gp_replay_run(const gp_trace *trace, const gp_replay_options *options, gp_re
     }
     for (size_t i = 0; i < trace->num_streams; i++)
         s.streams[i] = trace->streams[i] == 0 ? NULL : gp_sim_stream_create(s.sim);
+    if (o->snapshot != NULL) {
+        size_t entries = o->history_entries ? o->history_entries : 4 * trace->num_events + 4096;
+        rc = gp_history_record(s.pool, entries);
+        if (rc != GP_OK) {
+            ret = fail(err, errlen, "--snapshot: %s", gp_last_error());
+            goto out;
+        }
+    }
 
     uint64_t calls_before_pass = device_calls(s.sim);
     vmm_counts vmm_before = vmm_calls(s.sim);
@@ -271,6 +279,15 @@ int gp_replay_run(const gp_trace *trace, const gp_replay_options *options, gp_re
             ns[rep] = (double)(now_ns() - t0);
         }
         ns[rep] = trace->num_events ? ns[rep] / (double)trace->num_events : 0.0;
+        if (o->snapshot != NULL && rep + 1 == repeats) {
+            gp_pool *pools[1] = {s.pool};
+            rc = gp_snapshot_write(pools, 1, o->snapshot, o->snapshot_flags);
+            if (rc != GP_OK) {
+                ret = fail(err, errlen, "--snapshot: %s", gp_last_error());
+                free_live(trace, &s, r);
+                goto out;
+            }
+        }
         free_live(trace, &s, r);
         gp_sim_synchronize(s.sim);
         uint64_t calls = device_calls(s.sim) - calls_before_pass;

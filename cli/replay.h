@@ -31,6 +31,12 @@ typedef struct gp_replay_options {
     unsigned repeat;           /* passes over the trace; 0 is taken as 1 */
     gp_replay_observer observe;
     void *opaque;
+    /* When set: record the pool's history and, at the end of the last pass (before what the trace left
+     * live is freed), write a memory_viz snapshot there (gp_snapshot_write with snapshot_flags).
+     * history_entries: events kept (0 = 4 per trace event + 4096: all of the last pass). */
+    const char *snapshot;
+    unsigned snapshot_flags;
+    size_t history_entries;
 } gp_replay_options;
 
 #define GP_REPLAY_MAX_TIMED_REPEATS 1024u

@@ -3,7 +3,16 @@
  * traces replayed together on one simulated GPU, interleaved by their Time column, each as one tenant
  * on streams of its own, so that budgets can be tried on real workloads: a model over its max shows
  * refused allocations while the others go on unaffected.
+ *
+ * With --processes each model runs in a process of its own (fork), each with its own simulated GPU,
+ * all against one per-GPU ledger (pool/provider/ledger.h), as a serving deployment with one process
+ * per model or replica would: a model's limits are then GPU-wide budgets in the ledger, and a name
+ * given twice is one tenant in two processes (two replicas sharing one budget). The parent makes the
+ * ledger, starts the children, prints each child's report and the ledger's GPU-wide peak per tenant.
  */
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +22,7 @@
 #include "base/format.h"
 #include "gpupool.h"
 #include "gpupool_sim.h"
+#include "provider/ledger.h"
 #include "replay_models.h"
 #include "trace.h"
 
@@ -92,8 +102,30 @@ static int compare_events(const void *a, const void *b)
     return x->index < y->index ? -1 : x->index > y->index;
 }
 
-int gp_replay_models(const char **specs, int count, const char *device_memory, const char *conf, int json)
+static int replay_in_processes(const char **specs, int count, const char *device_memory, const char *conf, int json,
+                               double speed);
+
+/* Sleeps until trace time `t_us` (relative to `t0_us`, divided by `speed`) has passed since `start`. */
+static void keep_pace(const struct timespec *start, uint64_t t0_us, uint64_t t_us, double speed)
 {
+    double due = (double)(t_us > t0_us ? t_us - t0_us : 0) / 1e6 / speed;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    double elapsed = (double)(now.tv_sec - start->tv_sec) + (double)(now.tv_nsec - start->tv_nsec) / 1e9;
+    if (due > elapsed + 1e-4) {
+        double wait = due - elapsed;
+        struct timespec ts = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+}
+
+int gp_replay_models(const char **specs, int count, const char *device_memory, const char *conf, int json,
+                     const char *snapshot, unsigned snapshot_flags, int processes, double speed)
+{
+    if (processes && snapshot != NULL)
+        return fprintf(stderr, "gpupool replay: --snapshot writes one pool: not with --processes\n"), 2;
+    if (processes)
+        return replay_in_processes(specs, count, device_memory, conf, json, speed);
     char err[1024];
     model *models = calloc((size_t)count, sizeof *models);
     if (models == NULL)
@@ -128,6 +160,9 @@ int gp_replay_models(const char **specs, int count, const char *device_memory, c
         if (gp_pool_create(&pool, 0, NULL, cfg) != GP_OK || (sim = gp_sim_of(pool)) == NULL) {
             fprintf(stderr, "gpupool replay: cannot create a simulated pool with \"%s\": %s\n", cfg, gp_last_error());
             status = 1;
+        } else if (snapshot != NULL && gp_history_record(pool, 4 * total + 4096) != GP_OK) {
+            fprintf(stderr, "gpupool replay: --snapshot: %s\n", gp_last_error());
+            status = 1;
         }
     }
     for (int i = 0; i < count && status == 0; i++) {
@@ -144,7 +179,18 @@ int gp_replay_models(const char **specs, int count, const char *device_memory, c
             gp_tenant_bind_stream(pool, m->name, m->streams[s]);
         }
     }
+    int with_ledger = strstr(conf, "ledger:") != NULL;
+    struct timespec start;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    uint64_t t0 = total > 0 ? models[events[0].model].trace.events[events[0].index].time_us : 0;
     for (size_t e = 0; e < total && status == 0; e++) {
+        if (speed > 0) {
+            if (with_ledger) /* idle until the next event: answer requests to trim, as a server's idle loop would */
+                gp_maintain(pool, NULL);
+            keep_pace(&start, t0, models[events[e].model].trace.events[events[e].index].time_us, speed);
+        }
+        if (with_ledger && e % 256 == 0)
+            gp_maintain(pool, NULL); /* answers other processes' requests to trim, publishes figures */
         model *m = &models[events[e].model];
         const gp_trace_event *ev = &m->trace.events[events[e].index];
         gp_stream stream = m->streams[ev->stream];
@@ -169,6 +215,10 @@ int gp_replay_models(const char **specs, int count, const char *device_memory, c
             m->live -= m->trace.slot_size[ev->slot];
             m->ptrs[ev->slot] = NULL;
         }
+    }
+    if (status == 0 && snapshot != NULL && gp_snapshot_write(&pool, 1, snapshot, snapshot_flags) != GP_OK) {
+        fprintf(stderr, "gpupool replay: --snapshot: %s\n", gp_last_error());
+        status = 1;
     }
     if (status == 0) {
         gp_stats st = {.size = sizeof st, .version = GP_STATS_VERSION};
@@ -218,5 +268,161 @@ int gp_replay_models(const char **specs, int count, const char *device_memory, c
     }
     free(events);
     free(models);
+    return status;
+}
+
+/* ---- one process per model ---------------------------------------------------------------------- */
+
+static int replay_in_processes(const char **specs, int count, const char *device_memory, const char *conf, int json,
+                               double speed)
+{
+    size_t capacity = 0;
+    if (!gp_parse_size(device_memory, &capacity)) {
+        fprintf(stderr, "gpupool replay: --device-memory %s is not a size\n", device_memory);
+        return 2;
+    }
+    /* The ledger: the one the configuration names, else one of this replay's own. */
+    char ledger_value[64] = "", shm[GP_LEDGER_NAME_MAX];
+    const char *at = strstr(conf, "ledger:");
+    if (at != NULL) {
+        size_t n = strcspn(at + 7, ",");
+        snprintf(ledger_value, sizeof ledger_value, "%.*s", (int)n, at + 7);
+    } else {
+        snprintf(ledger_value, sizeof ledger_value, "replay-%d", (int)getpid());
+    }
+    gp_ledger *ledger = NULL;
+    if (gp_ledger_shm_name(ledger_value, 0, shm) != GP_OK || gp_ledger_open(&ledger, shm, capacity) != GP_OK) {
+        fprintf(stderr, "gpupool replay --processes: %s\n", gp_last_error());
+        return 1;
+    }
+    /* Each model's limits become its GPU-wide budget; the children take them from the ledger. */
+    char (*child_conf)[4096] = calloc((size_t)count, sizeof *child_conf);
+    int (*pipes)[2] = calloc((size_t)count, sizeof *pipes);
+    pid_t *pids = calloc((size_t)count, sizeof *pids);
+    int status = child_conf != NULL && pipes != NULL && pids != NULL ? 0 : 1;
+    for (int i = 0; i < count && status == 0; i++) {
+        model m;
+        memset(&m, 0, sizeof m);
+        char err[1024];
+        if (parse_spec(&m, specs[i], err, sizeof err) != 0) {
+            fprintf(stderr, "gpupool replay: %s\n", err);
+            status = 2;
+        } else if ((m.limits.max | m.limits.high | m.limits.min) != 0 &&
+                   gp_ledger_set_budget(ledger, m.name, m.limits.max, m.limits.high, m.limits.min,
+                                        GP_LEDGER_SET_MAX | GP_LEDGER_SET_HIGH | GP_LEDGER_SET_MIN) != GP_OK) {
+            fprintf(stderr, "gpupool replay: --model %s: %s\n", specs[i], gp_last_error());
+            status = 2;
+        }
+        snprintf(child_conf[i], sizeof child_conf[i], "%s%sledger:%s", at != NULL ? "" : conf,
+                 at != NULL || conf[0] == '\0' ? "" : ",", ledger_value);
+        if (at != NULL)
+            snprintf(child_conf[i], sizeof child_conf[i], "%s", conf);
+        free(m.path);
+    }
+    fflush(stdout);
+    fflush(stderr);
+    for (int i = 0; i < count && status == 0; i++) {
+        if (pipe(pipes[i]) != 0) {
+            status = 1;
+            break;
+        }
+        pids[i] = fork();
+        if (pids[i] == 0) {
+            close(pipes[i][0]);
+            dup2(pipes[i][1], STDOUT_FILENO);
+            close(pipes[i][1]);
+            gp_ledger_close(ledger);
+            /* the model's limits are in the ledger: the child's tenant itself has none */
+            char spec[4096];
+            snprintf(spec, sizeof spec, "%s", specs[i]);
+            char *cut = strstr(spec, ":max=");
+            char *c2 = strstr(spec, ":high="), *c3 = strstr(spec, ":min=");
+            if (c2 != NULL && (cut == NULL || c2 < cut))
+                cut = c2;
+            if (c3 != NULL && (cut == NULL || c3 < cut))
+                cut = c3;
+            if (cut != NULL)
+                *cut = '\0';
+            const char *one[] = {spec};
+            int rc = gp_replay_models(one, 1, device_memory, child_conf[i], json, NULL, 0, 0, speed);
+            fflush(stdout);
+            _exit(rc);
+        }
+        close(pipes[i][1]);
+        if (pids[i] < 0) {
+            status = 1;
+            break;
+        }
+    }
+    if (json)
+        printf("{\"ledger\":\"%s\",\"device_memory\":\"%s\",\"processes\":[", shm, device_memory);
+    for (int i = 0; i < count; i++) {
+        if (pids[i] <= 0)
+            continue;
+        char *out = NULL;
+        size_t len = 0, cap = 0;
+        char buf[4096];
+        ssize_t n;
+        while ((n = read(pipes[i][0], buf, sizeof buf)) > 0) {
+            if (len + (size_t)n + 1 > cap) {
+                cap = (len + (size_t)n + 1) * 2;
+                char *grown = realloc(out, cap);
+                if (grown == NULL)
+                    break;
+                out = grown;
+            }
+            memcpy(out + len, buf, (size_t)n);
+            len += (size_t)n;
+        }
+        close(pipes[i][0]);
+        int ws = 0;
+        waitpid(pids[i], &ws, 0);
+        int code = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + (WIFSIGNALED(ws) ? WTERMSIG(ws) : 0);
+        if (code != 0 && status == 0)
+            status = code;
+        while (len > 0 && out[len - 1] == '\n')
+            len--;
+        if (json)
+            printf("%s{\"pid\":%d,\"exit\":%d,\"model\":\"%s\",\"report\":%.*s}", i ? "," : "", (int)pids[i], code,
+                   specs[i], len ? (int)len : 4, len ? out : "null");
+        else
+            printf("-- process %d: --model %s (exit %d; its limits are GPU-wide, in the ledger)\n%.*s\n",
+                   (int)pids[i], specs[i], code, (int)len, out ? out : "");
+        free(out);
+    }
+    gp_ledger_view *v = malloc(sizeof *v);
+    if (v != NULL && gp_ledger_view_read(ledger, v, true) == GP_OK) {
+        if (json)
+            printf("],\"tenants\":[");
+        else
+            printf("-- ledger %s: GPU-wide peak held per tenant (all processes together)\n", shm);
+        int first = 1;
+        for (unsigned t = 0; t < v->num_tenants; t++) {
+            if (v->tenants[t].name[0] == '\0')
+                continue;
+            char a[GP_SIZE_TEXT_MAX], b[GP_SIZE_TEXT_MAX];
+            if (json)
+                printf("%s{\"name\":\"%s\",\"max\":%llu,\"peak_held_bytes\":%llu}", first ? "" : ",",
+                       v->tenants[t].name, (unsigned long long)v->tenants[t].max,
+                       (unsigned long long)v->tenants[t].peak);
+            else
+                printf("%-16s max %10s  peak held %10s\n", v->tenants[t].name,
+                       v->tenants[t].max ? gp_format_size((size_t)v->tenants[t].max, a) : "none",
+                       gp_format_size((size_t)v->tenants[t].peak, b));
+            first = 0;
+        }
+        if (json)
+            printf("],\"refused_charges\":%llu,\"reclaimed_bytes\":%llu}\n", (unsigned long long)v->refusals,
+                   (unsigned long long)v->reclaimed_bytes);
+    } else if (json) {
+        printf("]}\n");
+    }
+    free(v);
+    gp_ledger_close(ledger);
+    if (at == NULL)
+        gp_ledger_unlink(shm); /* this replay's own ledger */
+    free(child_conf);
+    free(pipes);
+    free(pids);
     return status;
 }

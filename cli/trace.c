@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <zlib.h>
 
 static const char header_text[] = "Thread,Time,Action,Pointer,Size,Stream";
 
@@ -545,33 +547,79 @@ out:
     return rc;
 }
 
+/* zlib's gzerror text without the "PATH: " it puts in front (messages name the file once). */
+static const char *gz_why(gzFile f, int *code)
+{
+    const char *why = gzerror(f, code);
+    const char *sep = strstr(why, ": ");
+    return sep != NULL ? sep + 2 : why;
+}
+
+/*
+ * Reads the whole file through zlib's gz* functions, which inflate a gzip stream and pass anything
+ * else through unchanged: a .csv.gz is read as its CSV (whatever its name), a plain CSV as itself.
+ * "-" is standard input (named "<stdin>" in messages).
+ */
 int gp_trace_read(gp_trace *trace, const char *path, char *err, size_t errlen)
 {
     memset(trace, 0, sizeof *trace);
-    FILE *f = fopen(path, "rb");
+    bool is_stdin = strcmp(path, "-") == 0;
+    const char *name = is_stdin ? "<stdin>" : path;
+    gzFile f = NULL;
+    if (is_stdin) {
+        int fd = dup(STDIN_FILENO);
+        if (fd < 0)
+            return fail(err, errlen, "%s: cannot read: %s", name, strerror(errno));
+        f = gzdopen(fd, "rb");
+        if (f == NULL)
+            close(fd);
+    } else {
+        f = gzopen(path, "rb");
+    }
     if (f == NULL)
-        return fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return fail(err, errlen, "%s: cannot open: %s", name, errno ? strerror(errno) : "out of host memory");
     char *text = NULL;
     size_t len = 0, cap = 0;
     for (;;) {
         if (!grow((void **)&text, &cap, len + 65536, 1)) {
-            fclose(f);
+            gzclose(f);
             free(text);
-            return fail(err, errlen, "%s: out of host memory", path);
+            return fail(err, errlen, "%s: out of host memory", name);
         }
-        size_t got = fread(text + len, 1, cap - len, f);
-        len += got;
-        if (got == 0)
+        size_t want = cap - len > (1u << 30) ? (1u << 30) : cap - len;
+        int got = gzread(f, text + len, (unsigned)want);
+        if (got < 0) {
+            int code = 0;
+            const char *why = gz_why(f, &code);
+            char msg[256];
+            snprintf(msg, sizeof msg, "%s", code == Z_ERRNO ? strerror(errno) : why);
+            gzclose(f);
+            free(text);
+            return fail(err, errlen, "%s: %s: %s", name,
+                        code == Z_ERRNO ? "read error" : "not a readable gzip stream", msg);
+        }
+        len += (size_t)got;
+        if (got == 0) {
+            /* a gzip stream cut short reads as a clean end without Z_BUF_ERROR from gzread */
+            int code = 0;
+            const char *why = gz_why(f, &code);
+            if (code != Z_OK && code != Z_STREAM_END) {
+                char msg[256];
+                snprintf(msg, sizeof msg, "%s", why);
+                gzclose(f);
+                free(text);
+                return fail(err, errlen, "%s: not a readable gzip stream: %s", name, msg);
+            }
             break;
+        }
     }
-    if (ferror(f)) {
-        int e = errno;
-        fclose(f);
+    int closed = gzclose(f);
+    if (closed != Z_OK) {
         free(text);
-        return fail(err, errlen, "%s: read error: %s", path, strerror(e));
+        return fail(err, errlen, "%s: %s", name,
+                    closed == Z_BUF_ERROR ? "the gzip stream is cut short (truncated file)" : "read error at close");
     }
-    fclose(f);
-    int rc = gp_trace_parse(trace, path, text, len, err, errlen);
+    int rc = gp_trace_parse(trace, name, text, len, err, errlen);
     free(text);
     return rc;
 }

@@ -67,8 +67,10 @@ typedef struct gp_trace {
     uint64_t end_live_bytes;   /* requested bytes still live after the last event */
 } gp_trace;
 
-/* Reads the trace at `path` into *trace. Returns 0, or -1 with a message in err
- * ("PATH:LINE: ..." for a malformed line, "PATH: ..." for I/O). *trace is valid only on success. */
+/* Reads the trace at `path` into *trace: a CSV, gzip-compressed or not (told by its content, not its
+ * name), or standard input for "-" (named "<stdin>" in messages). Returns 0, or -1 with a message in
+ * err ("PATH:LINE: ..." for a malformed line, "PATH: ..." for I/O or a damaged gzip stream). *trace is
+ * valid only on success. */
 int gp_trace_read(gp_trace *trace, const char *path, char *err, size_t errlen);
 
 /* Parses a trace already in memory; `name` is used in messages. Same contract as gp_trace_read. */

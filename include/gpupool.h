@@ -127,6 +127,15 @@ GP_API int gp_trim(gp_pool *pool, size_t keep_bytes, size_t *released);
  */
 GP_API int gp_maintain(gp_pool *pool, size_t *released);
 
+/*
+ * Gives back the cached memory that nothing in the pool used since the 8th-last call of this
+ * function: memory freed in none of the last 8 intervals between calls. Meant to be called once per
+ * step of a loop (it is what torch.cuda.empty_cache() does under empty_cache:working-set): a loop's
+ * working set stays cached, so its next steps make no device calls, while memory it stopped using
+ * goes back after 8 calls. The first 8 calls give nothing back. *released (optional): bytes given back.
+ */
+GP_API int gp_release_unused(gp_pool *pool, size_t *released);
+
 /* ---- tenants: per-model budgets ------------------------------------------------------------------
  *
  * A tenant is one model sharing the GPU. Every block belongs to one tenant: the calling thread's
@@ -254,6 +263,62 @@ GP_API int gp_stats_json(gp_pool *pool, char *buf, size_t len, size_t *needed);
 /* Prints a human-readable summary through `write` (called with NUL-terminated pieces). */
 typedef void (*gp_writer)(void *opaque, const char *text);
 GP_API int gp_stats_print(gp_pool *pool, gp_writer write, void *opaque);
+
+/* ---- PyTorch's view: memory_stats breakdown, peaks, snapshots for memory_viz --------------------- */
+
+/* One heap kind's figures, with the meanings of PyTorch's torch.cuda.memory_stats keys (small_pool:
+ * requests up to small_size, in small segments; large_pool: the rest). */
+typedef struct gp_kind_stats {
+    uint64_t segments;             /* segment.*: device allocations (vmm: mapped runs of a range) */
+    uint64_t reserved_bytes;       /* reserved_bytes.*: their bytes (large_pool also counts the pages kept
+                                    * unmapped for reuse on vmm backends, so small + large == reserved) */
+    uint64_t allocations;          /* allocation.*: live blocks */
+    uint64_t allocated_bytes;      /* allocated_bytes.*: their rounded sizes */
+    uint64_t requested_bytes;      /* requested_bytes.*: their sizes as asked for */
+    uint64_t active_blocks;        /* active.*: live blocks plus freed ones waiting for other streams */
+    uint64_t active_bytes;         /* active_bytes.* */
+    uint64_t inactive_split;       /* inactive_split.*: free blocks in segments that are not wholly free */
+    uint64_t inactive_split_bytes; /* inactive_split_bytes.* */
+    uint64_t num_allocs_total;     /* allocation.*.allocated: blocks ever handed out */
+    uint64_t num_frees_total;      /* allocation.*.freed */
+    uint64_t alloc_bytes_total;    /* allocated_bytes.*.allocated: their rounded bytes */
+    uint64_t free_bytes_total;     /* allocated_bytes.*.freed */
+} gp_kind_stats;
+
+#define GP_BREAKDOWN_VERSION 1
+typedef struct gp_breakdown {
+    uint32_t size;    /* set by the caller to sizeof(gp_breakdown) */
+    uint32_t version; /* set by the caller to GP_BREAKDOWN_VERSION */
+    gp_kind_stats small, large;
+} gp_breakdown;
+
+/* Fills *out from one walk of every segment and block (takes every lock: not for a hot loop). */
+GP_API int gp_get_breakdown(gp_pool *pool, gp_breakdown *out);
+
+/* Sets the peaks (allocated_bytes_peak, reserved_bytes_peak, each tenant's held_bytes_peak) to the
+ * current values, as torch.cuda.reset_peak_memory_stats does. */
+GP_API int gp_reset_peaks(gp_pool *pool);
+
+/*
+ * Starts recording the pool's allocation events (alloc, free_requested, free_completed,
+ * segment_alloc/segment_free on cudaMalloc backends, segment_map/segment_unmap per page on vmm ones,
+ * oom), keeping the last `max_entries` (as torch.cuda.memory._record_memory_history(max_entries=...)).
+ * 0 stops recording and forgets the events. Calling it again clears what was recorded.
+ */
+GP_API int gp_history_record(gp_pool *pool, size_t max_entries);
+
+#define GP_SNAPSHOT_LIST 1u /* write the list of segments alone (torch.cuda.memory_snapshot()'s shape) */
+
+/*
+ * Writes a snapshot of `count` pools (one per device) to `path` as a pickle that PyTorch's memory
+ * viewers read: by default the dict torch.cuda.memory._snapshot() returns in PyTorch 2.x ("segments"
+ * with their blocks, "device_traces" from gp_history_record, one list per device), with
+ * GP_SNAPSHOT_LIST the segment list alone (what PyTorch 1.x's torch.cuda._memory_viz reads). Every
+ * segment, block and trace entry names its tenant in its frames ({"filename": "gpupool tenant",
+ * "name": NAME}), so a viewer tells models apart. A paused tenant's ranges hold no memory and are left
+ * out. On failure (a bad path, host memory out) the file is not left half-written.
+ */
+GP_API int gp_snapshot_write(gp_pool *const *pools, size_t count, const char *path, unsigned flags);
 
 /*
  * Walks all of the pool's metadata and checks its invariants (blocks tile their segments, no two free

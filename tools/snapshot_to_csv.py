@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """Convert a PyTorch memory snapshot to an allocation trace that `gpupool replay` reads.
 
-The snapshot is the pickle written by torch.cuda.memory._dump_snapshot() after
-torch.cuda.memory._record_memory_history(). The output is RMM's allocation-log CSV:
+The snapshot is a pickle of either shape PyTorch writes: the dict of torch.cuda.memory._snapshot()
+(written by torch.cuda.memory._dump_snapshot() after _record_memory_history(), and by gpupool's
+dump_snapshot() and `gpupool replay --snapshot`), or the list of segments that
+`pickle.dump(torch.cuda.memory_snapshot())` writes (no events: only --state-only reads it). Gzipped
+pickles are read too. The output is RMM's allocation-log CSV:
 
     Thread,Time,Action,Pointer,Size,Stream
 
@@ -21,7 +24,15 @@ The pickle is read with an unpickler that refuses every class: a snapshot holds 
 tuples, strings and numbers, and a pickle that names a class is rejected rather than run.
 Standard library only.
 
-Usage: snapshot_to_csv.py SNAPSHOT.pickle [-o OUT.csv] [--device N] [--json]
+Devices: a snapshot holds one trace per device. --device N converts device N; without it the tool
+converts the one device whose trace has events and says which other devices it skipped; several
+devices with events and no --device is an error that lists them.
+
+A snapshot (or device) without events is an error (exit 1), since a trace made of its final state
+alone says nothing about the program's allocations over time; --state-only writes that final state
+(every block allocated, as allocations at time 0) and says so. Every message names the file once.
+
+Usage: snapshot_to_csv.py SNAPSHOT.pickle [-o OUT.csv] [--device N] [--state-only] [--json]
        snapshot_to_csv.py --self-test
 """
 import argparse
@@ -45,16 +56,73 @@ class RefusingUnpickler(pickle.Unpickler):
             "and this tool never imports classes named by a pickle")
 
 
+class ConversionError(ValueError):
+    """A snapshot this tool cannot turn into a trace; the message does not name the file (main does)."""
+
+
 def load_snapshot(path):
+    """The snapshot as a dict with 'segments' and 'device_traces' (a list of segments, PyTorch 1.x's
+    memory_snapshot(), gets an empty trace per device and 'shape': 'list')."""
     with open(path, 'rb') as f:
         data = f.read()
     if data[:2] == b'\x1f\x8b':
         data = gzip.decompress(data)
     snapshot = RefusingUnpickler(io.BytesIO(data)).load()
+    if isinstance(snapshot, list) and all(isinstance(s, dict) and 'blocks' in s for s in snapshot):
+        devices = {s.get('device', 0) for s in snapshot}
+        return {'segments': snapshot, 'device_traces': [[] for _ in range(max(devices, default=0) + 1)],
+                'shape': 'list'}
     if not isinstance(snapshot, dict) or 'segments' not in snapshot:
-        raise ValueError(f"{path}: not a PyTorch memory snapshot (expected a dict with 'segments' and "
-                         "'device_traces', as written by torch.cuda.memory._dump_snapshot)")
+        raise ConversionError("not a PyTorch memory snapshot (expected the dict of "
+                              "torch.cuda.memory._snapshot() or the list of segments of "
+                              "torch.cuda.memory_snapshot())")
+    snapshot = dict(snapshot)
+    snapshot.setdefault('device_traces', [])
+    snapshot['shape'] = 'dict'
     return snapshot
+
+
+def devices_of(snapshot):
+    """{device: number of trace events} for every device the snapshot mentions."""
+    out = {i: len(t or []) for i, t in enumerate(snapshot.get('device_traces', []))}
+    for seg in snapshot.get('segments', []):
+        out.setdefault(seg.get('device', 0), 0)
+    return out
+
+
+def choose_device(snapshot, device, state_only):
+    """(device, skipped devices, note) following the rules in the module's docstring."""
+    counts = devices_of(snapshot)
+    if device is not None:
+        if device not in counts:
+            raise ConversionError(f"device {device} is not in the snapshot (it has device"
+                                  f"{'s' if len(counts) != 1 else ''} {', '.join(map(str, sorted(counts))) or 'none'})")
+        chosen = device
+    else:
+        with_events = [d for d, n in sorted(counts.items()) if n > 0]
+        if len(with_events) > 1:
+            raise ConversionError(f"devices {', '.join(map(str, with_events))} all have events: choose one "
+                                  "with --device")
+        if with_events:
+            chosen = with_events[0]
+        elif state_only and counts:
+            with_segments = sorted({s.get('device', 0) for s in snapshot.get('segments', [])})
+            if len(with_segments) > 1:
+                raise ConversionError(f"devices {', '.join(map(str, with_segments))} all have segments: "
+                                      "choose one with --device")
+            chosen = with_segments[0] if with_segments else min(counts)
+        else:
+            chosen = None
+    if chosen is None or (counts.get(chosen, 0) == 0 and not state_only):
+        where = f"device {chosen}" if chosen is not None and len(counts) > 1 else "the snapshot"
+        why = ("it is the list of segments of torch.cuda.memory_snapshot(), which has no trace"
+               if snapshot.get('shape') == 'list' else
+               "record them with torch.cuda.memory._record_memory_history() (gpupool: record_history()) "
+               "before taking it")
+        raise ConversionError(f"{where} has no allocation events ({why}); --state-only writes its final "
+                              "state as allocations at time 0")
+    skipped = [d for d in sorted(counts) if d != chosen]
+    return chosen, skipped
 
 
 def final_blocks(segment):
@@ -66,13 +134,12 @@ def final_blocks(segment):
         addr = baddr + block.get('size', 0)
 
 
-def convert(snapshot, device=None):
-    """Returns (rows, summary). rows are (time_us, action, pointer, size, stream) tuples."""
+def convert(snapshot, device=None, state_only=False):
+    """Returns (rows, summary). rows are (time_us, action, pointer, size, stream) tuples. Raises
+    ConversionError for a snapshot (or device) without events unless state_only."""
     traces = snapshot.get('device_traces', [])
-    if device is None:
-        nonempty = [i for i, t in enumerate(traces) if t]
-        device = nonempty[0] if nonempty else 0
-    trace = traces[device] if device < len(traces) else []
+    device, skipped = choose_device(snapshot, device, state_only)
+    trace = (traces[device] or []) if device < len(traces) else []
     segments = [s for s in snapshot.get('segments', []) if s.get('device', device) == device]
 
     times = [e['time_us'] for e in trace if 'time_us' in e]
@@ -141,6 +208,8 @@ def convert(snapshot, device=None):
             cur -= sizes.pop(addr)
     summary = {
         'device': device,
+        'skipped_devices': skipped,
+        'state_only': not trace,
         'events': len(out),
         'allocations': allocs + len(pre_live),
         'frees': frees,
@@ -167,6 +236,12 @@ def print_summary(s, out_name, f):
     print(f"{out_name}: {s['events']} events ({s['allocations']} allocations, of which "
           f"{s['live_before_trace']} live before the trace began; {s['frees']} frees; "
           f"{s['allocate_failures']} allocate failures) from device {s['device']}", file=f)
+    if s['skipped_devices']:
+        print(f"  skipped device{'s' if len(s['skipped_devices']) > 1 else ''} "
+              f"{', '.join(map(str, s['skipped_devices']))} (convert one with --device N)", file=f)
+    if s['state_only']:
+        print("  --state-only: the snapshot's final state only (its blocks as allocations at time 0), "
+              "no events", file=f)
     if not s['has_time']:
         print("  the snapshot has no time_us: Time is the event's index", file=f)
     print(f"  peak live               {s['peak_live_bytes']} bytes", file=f)
@@ -239,6 +314,8 @@ def main(argv):
     ap.add_argument('-o', '--output', help='CSV to write (default: standard output)')
     ap.add_argument('--device', type=int, default=None,
                     help='device whose trace to convert (default: the first with events)')
+    ap.add_argument('--state-only', action='store_true',
+                    help='a snapshot without events: write its final state as allocations at time 0')
     ap.add_argument('--json', action='store_true', help='print the summary as JSON')
     ap.add_argument('--self-test', action='store_true', help='check the converter on a built-in snapshot')
     args = ap.parse_args(argv)
@@ -248,8 +325,11 @@ def main(argv):
         ap.error('a snapshot is required')
     try:
         snapshot = load_snapshot(args.snapshot)
-        rows, summary = convert(snapshot, args.device)
-    except (OSError, ValueError, pickle.UnpicklingError, EOFError, KeyError, TypeError) as e:
+        rows, summary = convert(snapshot, args.device, args.state_only)
+    except OSError as e:  # its text names the file already: name it once
+        print(f"snapshot_to_csv.py: {args.snapshot}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    except (ValueError, pickle.UnpicklingError, EOFError, KeyError, TypeError) as e:
         print(f"snapshot_to_csv.py: {args.snapshot}: {e}", file=sys.stderr)
         return 1
     report = sys.stdout

@@ -165,6 +165,15 @@ if [ -f "$BENCH_LIB" ]; then
     fi
 fi
 
+# ---- torch.cuda stats and memory_viz under gpupool (issue 13) -----------------------------------------
+if [ -f "$BENCH_LIB" ] && [ "$(left)" -gt 60 ]; then
+    begin "torch_viz_check.py"
+    GPUPOOL_LIBRARY="$BENCH_LIB" PYTHONPATH="$ROOT/python" PYTHONDONTWRITEBYTECODE=1 \
+        timeout 120 "$PY" bench/gpu/torch_viz_check.py --out "$OUT_DIR" | tee "$OUT_DIR/torch_viz_check.json"
+    rc=${PIPESTATUS[0]}
+    record "torch_viz_check" "$([ $rc = 0 ] && echo ok || echo FAILED)" "stats keys vs native, trace_plot"
+fi
+
 # ---- the traces replay --------------------------------------------------------------------------------
 if [ -x "$BUILD/gpupool" ] && [ "$(left)" -gt 25 ]; then
     begin "replay the saved traces"

@@ -48,6 +48,8 @@ static int alloc_slow(gp_pool_state *p, gp_stream_state *st, size_t size, size_t
     int rc = p->provider->alloc(p, st, size, rsize, small, out);
     if (rc == GP_ERR_QUOTA)
         atomic_fetch_add(&st->tenant->refusals, 1);
+    if (rc == GP_ERR_OOM)
+        gp_history_note(p, GP_HIST_OOM, 0, size, st->handle, st->tenant->index);
     pthread_mutex_unlock(&p->lock);
     return rc;
 }

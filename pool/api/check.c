@@ -10,6 +10,7 @@
 
 #include "api/api.h"
 #include "base/error.h"
+#include "provider/pool_ledger.h"
 #include "provider/provider.h"
 
 GP_API int gp_check(gp_pool *pool)
@@ -50,8 +51,13 @@ GP_API int gp_check(gp_pool *pool)
             goto out;
         }
     }
-    if (!gp_accounting_check(p, &tally, segments, reserved, why, sizeof why))
+    if (!gp_accounting_check(p, &tally, segments, reserved, why, sizeof why)) {
         rc = gp_error_set(GP_ERR_CORRUPT, "gp_check: %s", why);
+        goto out;
+    }
+    const char *ledger_broken = gp_pool_ledger_check(p);
+    if (ledger_broken != NULL)
+        rc = gp_error_set(GP_ERR_CORRUPT, "gp_check: %s", ledger_broken);
 out:
     gp_unlock_all_streams(p);
     pthread_mutex_unlock(&p->lock);

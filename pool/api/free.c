@@ -56,6 +56,9 @@ static void retire(gp_pool_state *p, gp_stream_state *owner, gp_block *b)
     gp_account(p, owner, -(int64_t)b->size);
     owner->requested_bytes -= b->requested;
     owner->num_frees++;
+    owner->kind_frees[b->segment->small]++;
+    owner->kind_free_bytes[b->segment->small] += b->size;
+    gp_history_note(p, GP_HIST_FREE_REQUESTED, b->addr, b->requested, owner->handle, owner->tenant->index);
 }
 
 /*

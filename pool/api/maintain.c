@@ -13,14 +13,18 @@
 #include "base/error.h"
 #include "api/api.h"
 #include "provider/pending.h"
+#include "provider/pool_ledger.h"
 #include "provider/provider.h"
 
 size_t gp_maintain_locked(gp_pool_state *p, int *failed)
 {
     *failed = GP_OK;
     uint64_t now = gp_backend_now(p->ops, p->ctx);
-    atomic_store(&p->coarse_now, now);
+    /* never backwards: gp_release_unused may have advanced it past the clock (api/working_set.c) */
+    if (now > atomic_load(&p->coarse_now))
+        atomic_store(&p->coarse_now, now);
     atomic_store(&p->frees_since_maintain, 0);
+    gp_pool_ledger_service(p, false); /* other processes' requests to trim; figures for gpupool top */
     bool idle = p->cfg.idle_release >= 0;
     bool threshold = p->cfg.release_threshold != SIZE_MAX;
     if (!idle && !threshold)

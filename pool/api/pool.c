@@ -14,6 +14,7 @@
 #include "base/format.h"
 #include "gpupool_sim.h"
 #include "provider/pending.h"
+#include "provider/pool_ledger.h"
 #include "provider/provider.h"
 #include "provider/staging.h"
 
@@ -93,6 +94,13 @@ GP_API int gp_pool_create(gp_pool **out, int device, const char *backend, const 
         if (rc != GP_OK)
             ops->close(p->ctx);
     }
+    if (rc == GP_OK) {
+        rc = gp_pool_ledger_attach(p); /* ledger:off attaches nothing */
+        if (rc != GP_OK) {
+            gp_trace_log_close(p->log);
+            ops->close(p->ctx);
+        }
+    }
     if (rc != GP_OK) {
         gp_tenant_registry_free(&p->tenants);
         gp_stream_table_free(&p->streams);
@@ -158,6 +166,8 @@ GP_API int gp_pool_destroy(gp_pool *pool, gp_leak_report *report)
     free(p->pooled);
     free(p->pooled_since);
     gp_trace_log_close(p->log);
+    gp_pool_ledger_detach(p); /* credits what this pool still had charged */
+    gp_history_destroy(atomic_load(&p->history));
     p->ops->close(p->ctx);
     gp_stream_table_free(&p->streams);
     gp_tenant_registry_free(&p->tenants);

@@ -68,6 +68,12 @@ static const key_spec keys[] = {
      "give back cached memory idle this long (e.g. 30s, 500ms; real time, or virtual time on the sim)"},
     {"log", KEY_STRING, FIELD(log_path), sizeof(((gp_config *)0)->log_path), "",
      "write every allocate and free to this file as an RMM allocation-log CSV"},
+    {"ledger", KEY_STRING, FIELD(ledger), sizeof(((gp_config *)0)->ledger), "off",
+     "share budgets with other processes on this GPU: off, on (the device's ledger) or a ledger name"},
+    {"ledger_wait", KEY_SECONDS, FIELD(ledger_wait), 0, "100ms",
+     "ledger: how long a refused growth waits for other processes to give cached memory back"},
+    {"empty_cache", KEY_STRING, FIELD(empty_cache), GP_CONFIG_NAME_MAX, "working-set",
+     "torch.cuda.empty_cache(): working-set (give back what the last 8 calls' intervals did not use), trim (all), off"},
 };
 
 #define KEY_COUNT (sizeof keys / sizeof keys[0])
@@ -231,6 +237,45 @@ static int apply_one(gp_config *cfg, const key_spec *key, const char *value, con
     return gp_error_set(GP_ERR_CONFIG, "%s: key '%s' has no parser", origin, key->name);
 }
 
+/* budget.NAME.max|high|min:SIZE — a GPU-wide budget of tenant NAME (used with `ledger`). */
+static int apply_budget(gp_config *cfg, const char *key, const char *value, const char *origin)
+{
+    const char *name = key + strlen("budget.");
+    const char *dot = strrchr(name, '.');
+    if (dot == NULL || dot == name || (size_t)(dot - name) >= sizeof cfg->budgets[0].name)
+        return gp_error_set(GP_ERR_CONFIG, "%s: '%s' is not budget.NAME.max, budget.NAME.high or budget.NAME.min",
+                            origin, key);
+    const char *limit = dot + 1;
+    unsigned bit = strcmp(limit, "max") == 0 ? 1u : strcmp(limit, "high") == 0 ? 2u : strcmp(limit, "min") == 0 ? 4u : 0u;
+    if (bit == 0)
+        return gp_error_set(GP_ERR_CONFIG, "%s: '%s': unknown limit '%s' (max, high or min)", origin, key, limit);
+    size_t bytes = 0;
+    if (!gp_parse_size(value, &bytes))
+        return gp_error_set(GP_ERR_CONFIG, "%s: '%s' is not a size for key '%s'", origin, value, key);
+    size_t len = (size_t)(dot - name);
+    gp_config_budget *b = NULL;
+    for (unsigned i = 0; i < cfg->num_budgets && b == NULL; i++)
+        if (strlen(cfg->budgets[i].name) == len && strncmp(cfg->budgets[i].name, name, len) == 0)
+            b = &cfg->budgets[i];
+    if (b == NULL) {
+        if (cfg->num_budgets == GP_CONFIG_BUDGETS)
+            return gp_error_set(GP_ERR_CONFIG, "%s: '%s': at most %d budget.NAME tenants", origin, key,
+                                GP_CONFIG_BUDGETS);
+        b = &cfg->budgets[cfg->num_budgets++];
+        memset(b, 0, sizeof *b);
+        memcpy(b->name, name, len);
+        b->name[len] = '\0';
+    }
+    if (bit == 1)
+        b->max = bytes;
+    else if (bit == 2)
+        b->high = bytes;
+    else
+        b->min = bytes;
+    b->set |= bit;
+    return GP_OK;
+}
+
 static char *trim(char *s)
 {
     while (isspace((unsigned char)*s))
@@ -272,6 +317,12 @@ int gp_config_apply(gp_config *cfg, const char *text, const char *origin)
         }
         *colon = '\0';
         char *name = trim(item), *value = trim(colon + 1);
+        if (strncmp(name, "budget.", strlen("budget.")) == 0) {
+            rc = apply_budget(&work, name, value, origin);
+            if (rc != GP_OK)
+                break;
+            continue;
+        }
         const key_spec *key = find_key(name);
         if (key == NULL) {
             rc = gp_error_set(GP_ERR_CONFIG, "%s: unknown key '%s' (known keys: see gp_config_help)", origin,
@@ -310,6 +361,9 @@ int gp_config_validate(const gp_config *cfg)
     if (cfg->huge_size <= cfg->small_size)
         return gp_error_set(GP_ERR_CONFIG, "huge_size %zu must be larger than small_size (%zu)", cfg->huge_size,
                             cfg->small_size);
+    if (strcmp(cfg->empty_cache, "working-set") != 0 && strcmp(cfg->empty_cache, "trim") != 0 &&
+        strcmp(cfg->empty_cache, "off") != 0)
+        return gp_error_set(GP_ERR_CONFIG, "empty_cache '%s' unknown (working-set, trim or off)", cfg->empty_cache);
     if (cfg->max_streams == 0 || cfg->max_streams > 65536)
         return gp_error_set(GP_ERR_CONFIG, "max_streams %u must be between 1 and 65536", cfg->max_streams);
     return GP_OK;
@@ -324,6 +378,9 @@ const char *gp_config_help_text(void)
     for (size_t i = 0; i < KEY_COUNT && used < sizeof text; i++)
         used += (size_t)snprintf(text + used, sizeof text - used, "%-14s default %-6s  %s\n", keys[i].name,
                                  keys[i].default_text[0] ? keys[i].default_text : "\"\"", keys[i].meaning);
+    if (used < sizeof text)
+        snprintf(text + used, sizeof text - used, "%-14s default %-6s  %s\n", "budget.NAME.max", "none",
+                 "ledger: GPU-wide max of tenant NAME (also budget.NAME.high, budget.NAME.min), all processes together");
     return text;
 }
 

@@ -10,6 +10,14 @@
 #include <stdint.h>
 
 #define GP_CONFIG_NAME_MAX 32
+#define GP_CONFIG_BUDGETS 16 /* budget.NAME.* entries one configuration can set */
+
+/* budget.NAME.max / .high / .min: GPU-wide limits of tenant NAME, written to the ledger on attach. */
+typedef struct gp_config_budget {
+    char name[64];
+    size_t max, high, min;
+    unsigned set; /* 1 = max, 2 = high, 4 = min (as GP_LEDGER_SET_*) */
+} gp_config_budget;
 
 typedef struct gp_config {
     char backend[GP_CONFIG_NAME_MAX]; /* "cuda" or "sim" */
@@ -28,6 +36,11 @@ typedef struct gp_config {
     size_t release_threshold; /* cached bytes kept when maintenance runs; SIZE_MAX = keep all */
     double idle_release;    /* seconds after which idle cached memory is given back; < 0 = never */
     char log_path[1024];    /* "" or a file to which every allocate/free is logged as RMM CSV */
+    char ledger[64];        /* "off", "on" (the device's ledger) or a ledger name (provider/ledger.h) */
+    double ledger_wait;     /* seconds a refused charge waits for other processes to trim their cache */
+    gp_config_budget budgets[GP_CONFIG_BUDGETS];
+    unsigned num_budgets;
+    char empty_cache[GP_CONFIG_NAME_MAX]; /* torch.cuda.empty_cache(): "working-set", "trim" or "off" */
 } gp_config;
 
 /* Fills cfg with the built-in defaults. */

@@ -51,6 +51,9 @@ typedef struct gp_stream_state {
     /* allocated_bytes not yet added to the pool's shared total (see gp_account in pool_state.h) */
     int64_t unflushed;
     unsigned frees_since_maintain;
+    /* Accumulated per heap kind, [0] large, [1] small (PyTorch's allocation.*.allocated/.freed and
+     * allocated_bytes.*.allocated/.freed): blocks handed out and freed, and their rounded bytes. */
+    uint64_t kind_allocs[2], kind_frees[2], kind_alloc_bytes[2], kind_free_bytes[2];
     uint64_t size_class_allocs[GP_SIZE_CLASS_COUNT];
 } gp_stream_state;
 

@@ -11,6 +11,7 @@
 
 #include "base/error.h"
 #include "provider/pages.h"
+#include "provider/pool_ledger.h"
 
 /* ---- the page pool ---------------------------------------------------------------------------- */
 
@@ -42,8 +43,8 @@ void gp_page_put(gp_pool_state *p, gp_phys handle)
     p->pooled[p->pooled_count++] = handle;
 }
 
-/* A page from the pool, or a new one from the device. */
-int gp_page_get(gp_pool_state *p, gp_phys *out)
+/* A page from the pool, or a new one from the device (charged to the ledger first, for tenant t). */
+int gp_page_get(gp_pool_state *p, gp_tenant *t, gp_phys *out)
 {
     if (p->pooled_count > 0) {
         *out = p->pooled[--p->pooled_count];
@@ -51,9 +52,14 @@ int gp_page_get(gp_pool_state *p, gp_phys *out)
     }
     if (!page_pool_reserve(p))
         return gp_error_set(GP_ERR_OOM, "out of host memory for the page pool");
-    int rc = p->ops->phys_create(p->ctx, p->page, out);
+    int rc = gp_pool_ledger_charge(p, t, p->page, 0, false);
     if (rc != GP_OK)
         return rc;
+    rc = p->ops->phys_create(p->ctx, p->page, out);
+    if (rc != GP_OK) {
+        gp_pool_ledger_credit(p, t, p->page, 0);
+        return rc;
+    }
     size_t reserved = atomic_fetch_add(&p->reserved, p->page) + p->page;
     gp_raise_peak(&p->reserved_peak, reserved);
     atomic_fetch_add(&p->num_device_allocs, 1);
@@ -70,6 +76,7 @@ int gp_page_release(gp_pool_state *p, gp_phys handle)
     }
     atomic_fetch_sub(&p->reserved, p->page);
     atomic_fetch_add(&p->num_device_frees, 1);
+    gp_pool_ledger_credit(p, NULL, p->page, 0);
     return GP_OK;
 }
 
@@ -173,15 +180,17 @@ size_t gp_pages_map_front(gp_pool_state *p, gp_stream_state *st, gp_segment *seg
         gp_phys handles[GP_MAP_RUN_PAGES];
         size_t want = n - done < GP_MAP_RUN_PAGES ? n - done : GP_MAP_RUN_PAGES, got = 0;
         for (; got < want; got++)
-            if ((*rc = gp_page_get(p, &handles[got])) != GP_OK)
+            if ((*rc = gp_page_get(p, st->tenant, &handles[got])) != GP_OK)
                 break;
         uintptr_t va = u->addr + done * p->page;
         size_t mapped = 0;
         int mrc = got > 0 ? map_run(p, va, handles, got, &mapped) : GP_OK;
         for (size_t i = mapped; i < got; i++)
             gp_page_put(p, handles[i]); /* not mapped: back to the page pool, nothing lost */
-        for (size_t i = 0; i < mapped; i++)
+        for (size_t i = 0; i < mapped; i++) {
             seg->pages[gp_page_index(p, seg, va) + i] = handles[i];
+            gp_history_note(p, GP_HIST_SEGMENT_MAP, va + i * p->page, p->page, st->handle, st->tenant->index);
+        }
         atomic_fetch_add(&p->num_maps, mapped);
         done += mapped;
         if (mrc != GP_OK)
@@ -229,6 +238,7 @@ size_t gp_pages_unmap(gp_pool_state *p, gp_stream_state *owner, gp_segment *seg,
     atomic_fetch_add(&p->num_unmaps, done);
     for (size_t i = 0; i < done; i++) {
         uintptr_t va = first + i * p->page;
+        gp_history_note(p, GP_HIST_SEGMENT_UNMAP, va, p->page, seg->owner->handle, seg->owner->tenant->index);
         gp_phys handle = seg->pages[gp_page_index(p, seg, va)];
         if (release)
             gp_page_release(p, handle); /* a page the device refuses stays in the page pool */
@@ -263,5 +273,6 @@ size_t gp_pages_unmap(gp_pool_state *p, gp_stream_state *owner, gp_segment *seg,
         seg->first = mid;
     seg->mapped_bytes -= done * p->page;
     gp_tenant_charge(owner->tenant, -(int64_t)(done * p->page));
+    gp_pool_ledger_credit(p, owner->tenant, 0, done * p->page);
     return done;
 }

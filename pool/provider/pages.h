@@ -22,8 +22,9 @@ static inline size_t gp_page_index(const gp_pool_state *p, const gp_segment *seg
     return (addr - seg->addr) / p->page;
 }
 
-/* A page from the page pool, else new from the device (reserved bytes and peak counted). */
-int gp_page_get(gp_pool_state *p, gp_phys *out);
+/* A page for tenant t from the page pool, else new from the device (reserved bytes and peak counted,
+ * charged to the ledger first). */
+int gp_page_get(gp_pool_state *p, gp_tenant *t, gp_phys *out);
 /* Puts a page (mapped nowhere) into the page pool; room was kept for it, so this cannot fail. */
 void gp_page_put(gp_pool_state *p, gp_phys handle);
 /* Gives a page back to the device; one the device refuses stays in the page pool (nothing lost). */

@@ -30,6 +30,7 @@ static inline void gp_block_to_heap(gp_pool_state *p, gp_stream_state *owner, gp
     gp_heap *heap = gp_heap_of(owner, b->segment->small);
     owner->fence_dirty = true;
     b->free_since = now;
+    gp_history_note(p, GP_HIST_FREE_COMPLETED, b->addr, b->requested, owner->handle, owner->tenant->index);
     if (gp_heap_quick_put(heap, b))
         return;
     gp_block *merged = gp_heap_release(heap, &owner->blocks, b);

@@ -5,7 +5,8 @@
  * device (pool_state.c).
  *
  * Locks, always taken in this order: pool->lock, then stream locks in ascending stream index, then the
- * event pool's lock. The allocation and free fast paths take one stream lock and nothing else. Slow
+ * event pool's lock; the per-GPU ledger's lock (provider/ledger.c) is a leaf, held by no caller of
+ * anything else. The allocation and free fast paths take one stream lock and nothing else. Slow
  * paths hold the pool lock and one stream lock at a time; only whole-pool walks (stats, gp_check,
  * destroy) hold every stream lock, taken in index order.
  *
@@ -34,6 +35,8 @@
 #include "ds/stream.h"
 #include "ds/tenant.h"
 #include "base/trace_log.h"
+#include "ds/history.h"
+#include "policy/working_set.h"
 
 #define GP_POOL_MAGIC_LIVE 0x6770706f6f6c4c56ull /* "gppoolLV" */
 #define GP_POOL_MAGIC_DEAD 0x6770706f6f6c4444ull /* "gppoolDD" */
@@ -55,6 +58,13 @@ typedef struct gp_pool_state {
     size_t segment_count;
     uint64_t next_serial;
     gp_trace_log *log;
+    struct gp_pool_ledger *ledger; /* the per-GPU ledger (provider/pool_ledger.c); NULL when ledger:off */
+    /* Recent allocation events for snapshots (ds/history.h, api/snapshot.c): NULL until
+     * gp_history_record turns recording on; then it lives until destroy. history_on says whether the
+     * hooks add to it. */
+    _Atomic(gp_history *) history;
+    atomic_bool history_on;
+    gp_working_set working_set; /* empty_cache:working-set's recent calls (pool lock; api/working_set.c) */
 
     /* Virtual memory backends (provider/vmm.c): page is the mapping granularity (0 on other backends);
      * the pooled handles are physical pages mapped nowhere, kept for reuse (pool lock). */
@@ -75,6 +85,7 @@ typedef struct gp_pool_state {
      * streams do not write one cache line. See gp_account. */
     atomic_int_fast64_t allocated_flushed;
     atomic_size_t allocated_peak;
+    atomic_size_t window_peak; /* allocated peak since the last gp_release_unused (api/working_set.c) */
     /* Changed under the pool lock only; atomic so that readers need no lock. */
     atomic_size_t reserved, reserved_peak;
     atomic_uint_fast64_t num_device_allocs, num_device_frees, num_alloc_retries, num_ooms;
@@ -123,8 +134,10 @@ static inline void gp_account(gp_pool_state *p, gp_stream_state *st, int64_t del
                  st->unflushed;
         st->unflushed = 0;
     }
-    if (delta > 0)
+    if (delta > 0) {
         gp_raise_peak(&p->allocated_peak, (size_t)(shared + st->unflushed));
+        gp_raise_peak(&p->window_peak, (size_t)(shared + st->unflushed));
+    }
 }
 
 /* Adds st's (locked) unflushed delta to the shared total. */
@@ -139,6 +152,24 @@ static inline size_t gp_allocated_estimate(gp_pool_state *p)
 {
     int64_t v = atomic_load_explicit(&p->allocated_flushed, memory_order_relaxed);
     return v > 0 ? (size_t)v : 0;
+}
+
+/*
+ * Adds one event to the pool's history when recording is on (one relaxed load when it is off). Any
+ * lock may be held: the history's mutex is a leaf. The time is the backend's clock.
+ */
+static inline void gp_history_note(gp_pool_state *p, unsigned action, uintptr_t addr, size_t size, gp_stream stream,
+                                   unsigned tenant)
+{
+    if (atomic_load_explicit(&p->history_on, memory_order_relaxed)) {
+        gp_history *h = atomic_load_explicit(&p->history, memory_order_acquire);
+        if (h != NULL) {
+            gp_history_entry e = {.time_ns = gp_backend_now(p->ops, p->ctx), .addr = addr, .size = size,
+                                  .stream = (uint64_t)(uintptr_t)stream, .action = (uint8_t)action,
+                                  .tenant = (uint8_t)tenant};
+            gp_history_add(h, &e);
+        }
+    }
 }
 
 /* Flushes every stream, so that the shared total is exact. Pool lock held, no stream lock. */
@@ -166,6 +197,9 @@ static inline void gp_hand_out(gp_pool_state *p, gp_stream_state *st, gp_block *
     st->size_class_allocs[gp_stats_bucket(size)]++;
     gp_account(p, st, (int64_t)b->size);
     st->requested_bytes += size;
+    st->kind_allocs[b->segment->small]++;
+    st->kind_alloc_bytes[b->segment->small] += b->size;
+    gp_history_note(p, GP_HIST_ALLOC, b->addr, size, st->handle, st->tenant->index);
 }
 
 /* ---- checks (gp_check, api/check.c, calls them under every lock) ---- */

@@ -12,6 +12,7 @@
 #include "policy/cache_cap.h"
 #include "policy/segment_size.h"
 #include "provider/pending.h"
+#include "provider/pool_ledger.h"
 #include "provider/provider.h"
 
 /*
@@ -84,6 +85,8 @@ static gp_segment *steal_segment(gp_pool_state *p, gp_stream_state *st, size_t s
             atomic_fetch_add(&p->num_stream_waits, 1);
             ready = true;
         }
+        if (ready && gp_pool_ledger_move(p, owner->tenant, st->tenant, best->size) != GP_OK)
+            ready = false; /* the taker's GPU-wide max does not allow it */
         if (ready) {
             gp_heap_remove(gp_heap_of(owner, small), best->first);
             best->owner = st;
@@ -109,9 +112,11 @@ static int release_segment_locked(gp_pool_state *p, gp_segment *seg)
         return rc;
     }
     gp_segment_unlink(p, seg);
+    gp_history_note(p, GP_HIST_SEGMENT_FREE, seg->addr, seg->size, owner->handle, owner->tenant->index);
     atomic_fetch_sub(&p->reserved, seg->size);
     atomic_fetch_add(&p->num_device_frees, 1);
     gp_tenant_charge(owner->tenant, -(int64_t)seg->size);
+    gp_pool_ledger_credit(p, owner->tenant, seg->size, seg->size);
     gp_block_recycle(&owner->blocks, seg->first);
     free(seg);
     return GP_OK;
@@ -198,9 +203,15 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t bytes, bool small,
     gp_segment *seg = gp_segment_new();
     if (seg == NULL)
         return gp_error_set(GP_ERR_OOM, "out of host memory for segment metadata");
-    gp_devptr addr = 0;
-    int rc = p->ops->mem_alloc(p->ctx, bytes, &addr);
+    int rc = gp_pool_ledger_charge(p, st->tenant, bytes, bytes, true); /* before the device call */
     if (rc != GP_OK) {
+        gp_segment_discard(seg);
+        return rc;
+    }
+    gp_devptr addr = 0;
+    rc = p->ops->mem_alloc(p->ctx, bytes, &addr);
+    if (rc != GP_OK) {
+        gp_pool_ledger_credit(p, st->tenant, bytes, bytes);
         gp_segment_discard(seg);
         return rc;
     }
@@ -209,6 +220,7 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t bytes, bool small,
     gp_raise_peak(&p->reserved_peak, reserved);
     atomic_fetch_add(&p->num_device_allocs, 1);
     gp_tenant_charge(st->tenant, (int64_t)bytes);
+    gp_history_note(p, GP_HIST_SEGMENT_ALLOC, addr, bytes, st->handle, st->tenant->index);
     *out = seg;
     return GP_OK;
 }

@@ -32,6 +32,7 @@
 #include "provider/pending.h"
 #include "provider/provider.h"
 #include "provider/pages.h"
+#include "provider/pool_ledger.h"
 #include "provider/vmm.h"
 
 /* ---- growth ----------------------------------------------------------------------------------- */
@@ -106,27 +107,65 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
         keep = NULL;
     }
     rc = gp_provider_admit(p, st->tenant, pages * p->page, rsize);
+    if (rc == GP_OK) /* GPU-wide: the tenant bytes of every page about to be mapped, before any is */
+        rc = gp_pool_ledger_charge(p, st->tenant, 0, pages * p->page, true);
     if (rc != GP_OK)
         return rc;
+    size_t charged = pages * p->page;
+    if (p->ledger != NULL) {
+        /* The charge may have given this pool's free pages back (to make room): find the spot again. */
+        pthread_mutex_lock(&st->lock);
+        size_t again = 0;
+        spot = growth_spot(p, st, rsize, small, &again);
+        keep = spot != NULL && spot->prev != NULL && spot->prev->state == GP_BLOCK_FREE ? spot->prev : NULL;
+        pthread_mutex_unlock(&st->lock);
+        if (spot == NULL) {
+            gp_segment *seg = NULL;
+            rc = new_range(p, st, rsize, small, &seg);
+            if (rc != GP_OK) {
+                gp_pool_ledger_credit(p, st->tenant, 0, charged);
+                return rc;
+            }
+            spot = seg->first;
+            again = gp_div_up(rsize, p->page);
+        }
+        pages = again;
+        if (pages * p->page > charged) {
+            rc = gp_pool_ledger_charge(p, st->tenant, 0, pages * p->page - charged, false);
+            if (rc != GP_OK) {
+                gp_pool_ledger_credit(p, st->tenant, 0, charged);
+                return rc;
+            }
+            charged = pages * p->page;
+        }
+    }
     if (p->cfg.defrag && pages > p->pooled_count)
         gp_stitch(p, st, rsize, pages, keep);
     pthread_mutex_lock(&st->lock);
     assert(spot->state == GP_BLOCK_UNMAPPED); /* only pool-lock holders change UNMAPPED blocks */
     size_t done = gp_pages_map_front(p, st, spot->segment, spot, pages, &rc);
     pthread_mutex_unlock(&st->lock);
+    gp_pool_ledger_credit(p, st->tenant, 0, charged - done * p->page); /* what was not mapped */
     if (done == pages)
         return GP_OK;
-    if (rc == GP_ERR_OOM) {
-        /* The device is full: every free page anywhere may serve, then try the rest again. */
+    if (rc == GP_ERR_OOM || (rc == GP_ERR_MIN_GUARANTEE && p->ledger != NULL)) {
+        /* The device is full: every free page anywhere may serve (other processes' cache too, when a
+         * ledger is shared), then try the rest again. */
         int urc = GP_OK;
+        gp_pool_ledger_make_room(p, st->tenant, (pages - done) * p->page);
         gp_collect_all_pending(p);
         gp_vmm_unmap_free_pages(p, pages - done, NULL, UINT64_MAX, false, &urc, NULL, st->tenant);
         pthread_mutex_lock(&st->lock);
         spot = growth_spot(p, st, rsize, small, &pages);
-        done = spot != NULL ? gp_pages_map_front(p, st, spot->segment, spot, pages, &rc) : 0;
         pthread_mutex_unlock(&st->lock);
-        if (spot != NULL && done == pages)
-            return GP_OK;
+        if (spot != NULL && (rc = gp_pool_ledger_charge(p, st->tenant, 0, pages * p->page, false)) == GP_OK) {
+            pthread_mutex_lock(&st->lock);
+            done = gp_pages_map_front(p, st, spot->segment, spot, pages, &rc);
+            pthread_mutex_unlock(&st->lock);
+            gp_pool_ledger_credit(p, st->tenant, 0, (pages - done) * p->page);
+            if (done == pages)
+                return GP_OK;
+        }
     }
     return rc != GP_OK ? rc : gp_error_set(GP_ERR_OOM, "could not map %zu pages", pages);
 }
@@ -443,16 +482,22 @@ int gp_vmm_resume_range(gp_pool_state *p, gp_segment *seg)
         if (seg->pages[i] != GP_PHYS_NONE || !page_in_use(seg, va))
             continue;
         gp_phys handle;
-        int rc = gp_page_get(p, &handle);
+        int rc = gp_pool_ledger_charge(p, seg->owner->tenant, 0, p->page, false); /* GPU-wide max */
         if (rc != GP_OK)
             return rc;
-        rc = p->ops->map(p->ctx, va, p->page, handle);
+        rc = gp_page_get(p, seg->owner->tenant, &handle);
+        if (rc == GP_OK) {
+            rc = p->ops->map(p->ctx, va, p->page, handle);
+            if (rc != GP_OK)
+                gp_page_release(p, handle);
+        }
         if (rc != GP_OK) {
-            gp_page_release(p, handle);
+            gp_pool_ledger_credit(p, seg->owner->tenant, 0, p->page);
             return rc;
         }
         seg->pages[i] = handle;
         atomic_fetch_add(&p->num_maps, 1);
+        gp_history_note(p, GP_HIST_SEGMENT_MAP, va, p->page, seg->owner->handle, seg->owner->tenant->index);
         seg->mapped_bytes += p->page;
         p->paused_bytes -= p->page;
         gp_tenant_charge(seg->owner->tenant, (int64_t)p->page);
@@ -481,9 +526,12 @@ int gp_vmm_pause_range(gp_pool_state *p, gp_segment *seg)
         int rc = gp_pages_unmap_run(p, va, n, &done);
         atomic_fetch_add(&p->num_unmaps, done);
         for (size_t k = 0; k < done; k++, i++) {
+            gp_history_note(p, GP_HIST_SEGMENT_UNMAP, seg->addr + i * p->page, p->page, seg->owner->handle,
+                            seg->owner->tenant->index);
             seg->mapped_bytes -= p->page;
             p->paused_bytes += p->page;
             gp_tenant_charge(seg->owner->tenant, -(int64_t)p->page);
+            gp_pool_ledger_credit(p, seg->owner->tenant, 0, p->page);
             gp_page_release(p, seg->pages[i]);
             seg->pages[i] = GP_PHYS_NONE;
         }

@@ -8,6 +8,7 @@
  *   and, through the allocator object's setters (each takes the function's address as an integer):
  *       set_record_stream_fn     void (void *ptr, cudaStream_t stream)   gp_torch_record_stream
  *       set_reset_fn             void (void)          (empty_cache)       gp_torch_empty_cache
+ *                                (what it gives back: the pool's empty_cache key, see below)
  *       set_memory_fraction_fn   void (double fraction, int device)      gp_torch_set_memory_fraction
  *       set_init_fn              void (int device_count)                 gp_torch_init
  *
@@ -169,11 +170,25 @@ void gp_torch_record_stream(void *ptr, void *stream)
         remember_failure(1);
 }
 
+/*
+ * torch.cuda.empty_cache(), per the pool's empty_cache key: "working-set" (the default) gives back
+ * only what the pool did not use during the last calls' intervals (gp_release_unused: a loop that
+ * calls it every step keeps its working set and makes no device calls), "trim" every cached byte
+ * (PyTorch's own behaviour: the next step asks the device again), "off" nothing.
+ */
 void gp_torch_empty_cache(void)
 {
     for (int d = 0; d < GP_TORCH_MAX_DEVICES; d++) {
         gp_pool *pool = atomic_load_explicit(&g_pools[d], memory_order_acquire);
-        if (pool != NULL && gp_trim(pool, 0, NULL) != GP_OK)
+        gp_pool_state *p;
+        if (pool == NULL || gp_pool_enter(pool, "gp_torch_empty_cache", &p) != GP_OK)
+            continue;
+        int rc = GP_OK;
+        if (strcmp(p->cfg.empty_cache, "trim") == 0)
+            rc = gp_trim(pool, 0, NULL);
+        else if (strcmp(p->cfg.empty_cache, "working-set") == 0)
+            rc = gp_release_unused(pool, NULL);
+        if (rc != GP_OK)
             remember_failure(1);
     }
 }

@@ -2,10 +2,15 @@
 
 The library is looked for, in order:
 
-1. the file named by the environment variable ``GPUPOOL_LIBRARY``;
-2. next to this package (``libgpupool.so`` in the ``gpupool`` folder, for a copied install);
-3. the build folders of the source tree this package sits in (``<repo>/build*/libgpupool.so``,
-   the most recently built first);
+1. the file named by the environment variable ``GPUPOOL_LIBRARY`` (always taken, sanitizer build or
+   not: an explicit choice);
+2. next to this package (``libgpupool.so`` in the ``gpupool`` folder: where ``pip install .`` puts
+   the library it built);
+3. the build folders of the source tree this package sits in (``<repo>/build*/libgpupool.so``, the
+   most recently built first), except sanitizer builds: an ASan or TSan library cannot be loaded
+   into an interpreter that was not started with its runtime ("ASan runtime does not come first in
+   initial library list"), so a library that references a sanitizer runtime is skipped, and the
+   message says so;
 4. the system's library path (``ctypes.util.find_library("gpupool")``).
 
 When none works, :class:`LibraryNotFound` names every place that was tried. The same path is given to
@@ -73,6 +78,24 @@ class gp_tenant_stats(ctypes.Structure):
     ]
 
 
+GP_BREAKDOWN_VERSION = 1
+
+
+class gp_kind_stats(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in (
+        "segments", "reserved_bytes", "allocations", "allocated_bytes", "requested_bytes", "active_blocks",
+        "active_bytes", "inactive_split", "inactive_split_bytes", "num_allocs_total", "num_frees_total",
+        "alloc_bytes_total", "free_bytes_total")]
+
+
+class gp_breakdown(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_uint32), ("version", ctypes.c_uint32),
+                ("small", gp_kind_stats), ("large", gp_kind_stats)]
+
+
+GP_SNAPSHOT_LIST = 1
+
+
 class gp_leak_report(ctypes.Structure):
     _fields_ = [("live_blocks", ctypes.c_size_t), ("live_bytes", ctypes.c_size_t)]
 
@@ -96,6 +119,12 @@ _SIG = {
     "gp_stats_print": (_c.c_int, [_P, GP_WRITER, _P]),
     "gp_check": (_c.c_int, [_P]),
     "gp_config_help": (_c.c_char_p, []),
+    # PyTorch's view: stats breakdown, peaks, snapshots (pool/api/memory_stats.c, snapshot.c)
+    "gp_get_breakdown": (_c.c_int, [_P, _c.POINTER(gp_breakdown)]),
+    "gp_reset_peaks": (_c.c_int, [_P]),
+    "gp_release_unused": (_c.c_int, [_P, _c.POINTER(_c.c_size_t)]),
+    "gp_history_record": (_c.c_int, [_P, _c.c_size_t]),
+    "gp_snapshot_write": (_c.c_int, [_c.POINTER(_P), _c.c_size_t, _c.c_char_p, _c.c_uint]),
     # tenants
     "gp_tenant_create": (_c.c_int, [_P, _c.c_char_p, _c.POINTER(gp_tenant_limits)]),
     "gp_tenant_set_limits": (_c.c_int, [_P, _c.c_char_p, _c.POINTER(gp_tenant_limits)]),
@@ -171,6 +200,42 @@ def _repo_root() -> str:
     return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+# Symbols only a sanitizer-instrumented library references (its runtime's entry points).
+_SANITIZER_MARKS = (b"__asan_init", b"__tsan_init", b"__ubsan_handle_", b"__msan_init")
+
+
+def sanitizer_of(path: str) -> str | None:
+    """The sanitizer a library was built with ("address", "thread", ...), or None: read from the
+    runtime symbols it references, so a copied or renamed build folder is recognised too."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    names = {b"__asan_init": "address", b"__tsan_init": "thread", b"__ubsan_handle_": "undefined",
+             b"__msan_init": "memory"}
+    found = [names[m] for m in _SANITIZER_MARKS if m in data]
+    return "+".join(found) if found else None
+
+
+def _build_folder_libraries() -> tuple[list[str], list[str]]:
+    """(usable, skipped-with-reason) libraries of the source tree's build*/ folders, newest first."""
+    root = _repo_root()
+    built: list[str] = []
+    for n in _LIB_NAMES:
+        built.extend(glob.glob(os.path.join(root, "build*", n)))
+    built.sort(key=lambda p: os.path.getmtime(p) if os.path.exists(p) else 0, reverse=True)
+    usable, skipped = [], []
+    for p in built:
+        san = sanitizer_of(p)
+        if san:
+            skipped.append(f"{p} (a {san} sanitizer build: not loadable into an uninstrumented interpreter; "
+                           "set GPUPOOL_LIBRARY to use it anyway)")
+        else:
+            usable.append(p)
+    return usable, skipped
+
+
 def candidates() -> list[str]:
     """Every path load() tries, in order (the environment variable's first, when set)."""
     out: list[str] = []
@@ -179,12 +244,7 @@ def candidates() -> list[str]:
         out.append(env)
     here = os.path.dirname(os.path.abspath(__file__))
     out.extend(os.path.join(here, n) for n in _LIB_NAMES)
-    root = _repo_root()
-    built: list[str] = []
-    for n in _LIB_NAMES:
-        built.extend(glob.glob(os.path.join(root, "build*", n)))
-    built.sort(key=lambda p: os.path.getmtime(p) if os.path.exists(p) else 0, reverse=True)
-    out.extend(built)
+    out.extend(_build_folder_libraries()[0])
     return out
 
 
@@ -196,7 +256,7 @@ def load() -> _Library:
     with _lock:
         if _loaded is not None:
             return _loaded
-        tried: list[str] = []
+        tried: list[str] = list(_build_folder_libraries()[1])
         env = os.environ.get("GPUPOOL_LIBRARY")
         for where in candidates():
             if not os.path.exists(where):

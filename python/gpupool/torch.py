@@ -13,9 +13,16 @@ install() hands PyTorch the entry points of libgpupool through torch.cuda.memory
 reset (torch.cuda.empty_cache), memory fraction (torch.cuda.set_per_process_memory_fraction) and init.
 PyTorch only swaps an allocator it has not initialised, hence "before any CUDA work".
 
-What changes for PyTorch code once installed: torch.cuda.memory_allocated(), memory_stats(),
-max_memory_reserved(), memory_snapshot() and reset_peak_memory_stats() raise (PyTorch's pluggable
-allocator does not implement them); use gpupool.torch.stats() and memory_summary() instead.
+What changes for PyTorch code once installed: nothing for the statistics. PyTorch's pluggable
+allocator implements none of torch.cuda.memory_stats() and friends (they raise, pytorch/pytorch#133281),
+so install(patch_stats=True), the default, makes them answer from gpupool with PyTorch's key names and
+meanings (gpupool/torch_stats.py says which figures are exact). Snapshots for memory_viz come from
+record_history() and dump_snapshot() (gpupool/snapshot.py) instead of torch.cuda.memory's.
+
+torch.cuda.empty_cache() calls gpupool's reset hook, whose behaviour is the configuration key
+empty_cache (GPUPOOL_CONF): working-set (the default) gives back only what no one in the pool is
+likely to use again, so a loop that calls it every step stops asking the device for memory after its
+first steps; trim gives every cached byte back (PyTorch's own behaviour); off ignores the call.
 
 Out of memory. When gpupool refuses an allocation (device full, or a tenant over its max),
 gp_torch_malloc returns NULL and the reason is readable with gpupool.torch.last_error(). Whether
@@ -44,6 +51,8 @@ except ImportError as _e:  # pragma: no cover - exercised only where torch is mi
 
 import gpupool as _gp
 from gpupool import _lib
+from gpupool import torch_stats as _torch_stats
+from gpupool.snapshot import dump_snapshot, record_history  # noqa: F401 - re-exported
 from gpupool import (  # noqa: F401 - re-exported
     GpupoolError,
     LibraryNotFound,
@@ -69,6 +78,11 @@ from gpupool import (  # noqa: F401 - re-exported
 __all__ = [
     "install",
     "is_installed",
+    "patch_stats",
+    "unpatch_stats",
+    "dump_snapshot",
+    "record_history",
+    "empty_cache",
     "probe_out_of_memory",
     "model",
     "bind_stream",
@@ -123,12 +137,25 @@ def _make_allocator(with_hooks: bool):
     return alloc
 
 
-def install(config: str | None = None) -> None:
+def patch_stats() -> None:
+    """Makes torch.cuda.memory_stats() and friends (gpupool.torch_stats.PATCHED) answer from gpupool
+    (install() does it unless patch_stats=False)."""
+    _torch_stats.patch(_torch)
+
+
+def unpatch_stats() -> None:
+    """Puts PyTorch's own statistics functions back."""
+    _torch_stats.unpatch(_torch)
+
+
+def install(config: str | None = None, patch_stats: bool = True) -> None:
     """Makes gpupool PyTorch's CUDA allocator for this process. Call it before any CUDA work.
 
     `config` ("key:value,...") is added to GPUPOOL_CONF, overriding its keys (e.g. "backend:vmm").
-    Calling it again once installed does nothing. Raises RuntimeError when CUDA was already
-    initialised, gpupool.LibraryNotFound when libgpupool cannot be found."""
+    patch_stats (default True): torch.cuda.memory_stats(), memory_allocated(), max_memory_reserved(),
+    reset_peak_memory_stats(), memory_summary(), ... answer from gpupool with PyTorch's keys; False
+    leaves torch alone. Calling it again once installed does nothing. Raises RuntimeError when CUDA
+    was already initialised, gpupool.LibraryNotFound when libgpupool cannot be found."""
     global _installed
     with _lock:
         if _installed is not None:
@@ -153,6 +180,8 @@ def install(config: str | None = None) -> None:
                 "before any CUDA work." % (e,)
             ) from e
         _installed = alloc
+        if patch_stats:
+            _torch_stats.patch(_torch)
 
 
 def is_installed() -> bool:
@@ -292,7 +321,17 @@ def pause(name: str, keep_contents: bool = True, device: Any = None) -> None:
     _gp.pause(name, keep_contents=keep_contents, device=dev)
 
 
-def empty_cache(device: Any = None) -> int:
-    """Gives every cached byte back to the device (as torch.cuda.empty_cache() does once installed);
-    returns the bytes given back."""
-    return trim(0, device=device)
+def empty_cache(device: Any = None, mode: str = "trim") -> int:
+    """Gives cached memory of the device's pool back; returns the bytes given back. mode "trim": every
+    cached byte; "working-set": only what the pool did not use during the last 8 calls' intervals
+    (gp_release_unused). torch.cuda.empty_cache() itself follows the empty_cache configuration key
+    (default working-set) on every device's pool."""
+    if mode == "trim":
+        return trim(0, device=device)
+    if mode != "working-set":
+        raise ValueError(f"mode must be 'trim' or 'working-set', not {mode!r}")
+    import ctypes
+
+    released = ctypes.c_size_t(0)
+    _gp._check(_lib.load().gp_release_unused(_gp._pool(device), ctypes.byref(released)))
+    return released.value

@@ -12,11 +12,18 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYTHON_DIR = os.path.dirname(HERE)
 REPO = os.path.dirname(PYTHON_DIR)
-if PYTHON_DIR not in sys.path:
+# GPUPOOL_TEST_INSTALLED=1 (tools/test_installed.sh): test the installed package, never python/ here.
+INSTALLED = os.environ.get("GPUPOOL_TEST_INSTALLED") == "1"
+if INSTALLED:
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != PYTHON_DIR]
+elif PYTHON_DIR not in sys.path:
     sys.path.insert(0, PYTHON_DIR)
 
 import gpupool  # noqa: E402
 from gpupool import _lib  # noqa: E402
+
+if INSTALLED and os.path.abspath(gpupool.__file__).startswith(PYTHON_DIR + os.sep):
+    raise ImportError(f"GPUPOOL_TEST_INSTALLED=1 but gpupool was imported from the source tree ({gpupool.__file__})")
 
 MiB = 1 << 20
 SIM_CONF = "backend:sim,device_memory:256MiB"

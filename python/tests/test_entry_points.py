@@ -7,7 +7,7 @@ import os
 import threading
 import unittest
 
-from _support import MiB, SimTestCase, captured_stderr, gpupool
+from _support import SIM_CONF, MiB, SimTestCase, captured_stderr, gpupool
 
 
 class MallocFree(SimTestCase):
@@ -164,6 +164,8 @@ class Hooks(SimTestCase):
         self.free(p)
 
     def test_empty_cache_gives_every_free_segment_back(self):
+        gpupool.release_all()
+        os.environ["GPUPOOL_CONF"] = SIM_CONF + ",empty_cache:trim"  # PyTorch's behaviour (not the default)
         ptrs = [self.malloc(n * MiB) for n in (1, 4, 16, 40)]
         for p in ptrs:
             self.free(p)
@@ -175,6 +177,8 @@ class Hooks(SimTestCase):
         self.assertEqual(gpupool.failures(), 0)
 
     def test_empty_cache_keeps_live_blocks(self):
+        gpupool.release_all()
+        os.environ["GPUPOOL_CONF"] = SIM_CONF + ",empty_cache:trim"
         keep = self.malloc(16 * MiB)
         self.free(self.malloc(30 * MiB))
         self.lib.gp_torch_empty_cache()

@@ -94,3 +94,30 @@ Test(config, help_lists_every_key)
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         cr_assert(strstr(help, names[i]) != NULL, "help lacks %s", names[i]);
 }
+
+Test(config, ledger_and_budgets)
+{
+    gp_config cfg;
+    gp_config_defaults(&cfg);
+    cr_assert_str_eq(cfg.ledger, "off");
+    cr_assert_float_eq(cfg.ledger_wait, 0.1, 1e-9);
+    cr_assert_eq(gp_config_apply(&cfg, "ledger:on,budget.llama.max:20GiB,budget.llama.min:8GiB,budget.vit.high:1GiB",
+                                 "test"),
+                 GP_OK, "%s", gp_last_error());
+    cr_assert_str_eq(cfg.ledger, "on");
+    cr_assert_eq(cfg.num_budgets, 2);
+    cr_assert_str_eq(cfg.budgets[0].name, "llama");
+    cr_assert_eq(cfg.budgets[0].max, 20ull << 30);
+    cr_assert_eq(cfg.budgets[0].min, 8ull << 30);
+    cr_assert_eq(cfg.budgets[0].set, 1u | 4u);
+    cr_assert_str_eq(cfg.budgets[1].name, "vit");
+    cr_assert_eq(cfg.budgets[1].set, 2u);
+    /* Bad budget items are refused, naming the key, and change nothing (all or nothing). */
+    gp_config before = cfg;
+    cr_assert_eq(gp_config_apply(&cfg, "budget.llama.max:1GiB,budget.llama.maximum:1GiB", "test"), GP_ERR_CONFIG);
+    cr_assert(strstr(gp_last_error(), "budget.llama.maximum") != NULL, "%s", gp_last_error());
+    cr_assert_eq(gp_config_apply(&cfg, "budget.llama.max:lots", "test"), GP_ERR_CONFIG);
+    cr_assert(strstr(gp_last_error(), "'lots'") != NULL, "%s", gp_last_error());
+    cr_assert_eq(gp_config_apply(&cfg, "budget.max:1GiB", "test"), GP_ERR_CONFIG);
+    cr_assert_eq(memcmp(&before, &cfg, sizeof cfg), 0);
+}

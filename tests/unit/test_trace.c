@@ -313,3 +313,127 @@ Test(trace_log, threads_write_whole_lines)
     gp_trace_free(&t);
     unlink(path);
 }
+
+/* ---- compressed traces and standard input (cli/trace.c reads through zlib) ---- */
+
+#include <fcntl.h>
+#include <zlib.h>
+
+static const char small_trace[] = "Thread,Time,Action,Pointer,Size,Stream\n"
+                                  "0,1,allocate,0x7f0000000000,4096,0x0\n"
+                                  "0,2,allocate,0x7f0000001000,100,0x0\n"
+                                  "0,3,free,0x7f0000000000,4096,0x0\n";
+
+static void write_gz(const char *path, const char *text, size_t len)
+{
+    gzFile f = gzopen(path, "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(gzwrite(f, text, (unsigned)len), (int)len);
+    cr_assert_eq(gzclose(f), Z_OK);
+}
+
+Test(trace_gz, gzip_reads_as_its_csv_whatever_the_name)
+{
+    char dir[] = "/tmp/gp_trace_gz_XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char gz[256], renamed[256];
+    snprintf(gz, sizeof gz, "%s/t.csv.gz", dir);
+    snprintf(renamed, sizeof renamed, "%s/t.csv", dir); /* compressed, but named .csv */
+    write_gz(gz, small_trace, strlen(small_trace));
+    write_gz(renamed, small_trace, strlen(small_trace));
+    gp_trace plain, a, b;
+    char err[512] = "";
+    cr_assert_eq(parse(&plain, small_trace, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(gp_trace_read(&a, gz, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(gp_trace_read(&b, renamed, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(a.num_events, plain.num_events);
+    cr_assert_eq(b.num_events, plain.num_events);
+    cr_assert_eq(memcmp(a.events, plain.events, plain.num_events * sizeof *plain.events), 0);
+    cr_assert_eq(a.peak_live_bytes, 4196);
+    gp_trace_free(&plain);
+    gp_trace_free(&a);
+    gp_trace_free(&b);
+    unlink(gz);
+    unlink(renamed);
+    rmdir(dir);
+}
+
+Test(trace_gz, truncated_or_damaged_gzip_is_an_error_naming_the_file)
+{
+    char dir[] = "/tmp/gp_trace_gz_XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char gz[256], cut[256];
+    snprintf(gz, sizeof gz, "%s/t.csv.gz", dir);
+    snprintf(cut, sizeof cut, "%s/cut.csv.gz", dir);
+    write_gz(gz, small_trace, strlen(small_trace));
+    FILE *in = fopen(gz, "rb");
+    unsigned char bytes[4096];
+    size_t n = fread(bytes, 1, sizeof bytes, in);
+    fclose(in);
+    cr_assert_gt(n, 30);
+    FILE *out = fopen(cut, "wb");
+    fwrite(bytes, 1, n - 12, out); /* drop the end of the stream and its trailer */
+    fclose(out);
+    gp_trace t;
+    char err[512] = "";
+    cr_assert_eq(gp_trace_read(&t, cut, err, sizeof err), -1, "a truncated gzip stream must not read as a trace");
+    cr_assert(strstr(err, cut) == err, "the message starts with the file: %s", err);
+    cr_assert(strstr(err, "gzip") != NULL, "the message says what is wrong: %s", err);
+    cr_assert(strstr(err + strlen(cut), cut) == NULL, "the file is named once: %s", err);
+
+    out = fopen(cut, "wb");
+    fwrite("\x1f\x8b\x08\x00garbage", 1, 11, out);
+    fclose(out);
+    cr_assert_eq(gp_trace_read(&t, cut, err, sizeof err), -1);
+    cr_assert(strstr(err, "gzip") != NULL, "%s", err);
+    unlink(gz);
+    unlink(cut);
+    rmdir(dir);
+}
+
+static void read_from_stdin(const char *path, gp_trace *t, char *err, size_t errlen, int *rc)
+{
+    int saved = dup(STDIN_FILENO);
+    int fd = open(path, O_RDONLY);
+    cr_assert_geq(fd, 0);
+    dup2(fd, STDIN_FILENO);
+    close(fd);
+    *rc = gp_trace_read(t, "-", err, errlen);
+    dup2(saved, STDIN_FILENO);
+    close(saved);
+}
+
+Test(trace_gz, dash_reads_standard_input_plain_or_gzip)
+{
+    char dir[] = "/tmp/gp_trace_gz_XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char gz[256], csv[256];
+    snprintf(gz, sizeof gz, "%s/t.csv.gz", dir);
+    snprintf(csv, sizeof csv, "%s/plain.csv", dir);
+    write_gz(gz, small_trace, strlen(small_trace));
+    FILE *f = fopen(csv, "wb");
+    fputs(small_trace, f);
+    fclose(f);
+    gp_trace t;
+    char err[512] = "";
+    int rc;
+    read_from_stdin(csv, &t, err, sizeof err, &rc);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert_eq(t.num_events, 3);
+    cr_assert_str_eq(t.path, "<stdin>");
+    gp_trace_free(&t);
+    read_from_stdin(gz, &t, err, sizeof err, &rc);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert_eq(t.num_events, 3);
+    gp_trace_free(&t);
+
+    f = fopen(csv, "wb");
+    fputs("Thread,Time,Action,Pointer,Size,Stream\n0,1,allocate,zz,1,0x0\n", f);
+    fclose(f);
+    read_from_stdin(csv, &t, err, sizeof err, &rc);
+    cr_assert_eq(rc, -1);
+    cr_assert(strncmp(err, "<stdin>:2:", 10) == 0, "a bad line on stdin is <stdin>:LINE: %s", err);
+    unlink(gz);
+    unlink(csv);
+    rmdir(dir);
+}
