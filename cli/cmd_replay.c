@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "cli.h"
+#include "base/config.h"
+#include "base/error.h"
 #include "base/format.h"
 #include "replay.h"
 #include "replay_models.h"
@@ -79,19 +81,18 @@ static void plot_observe(void *opaque, unsigned repeat, size_t index, uint64_t l
         p->allocated[b] = (double)stats->allocated_bytes;
 }
 
+/* s as a JSON string (format.c escapes quotes, control bytes and bytes that are not UTF-8). */
 static void json_string(FILE *f, const char *s)
 {
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
+    size_t n = gp_format_json_string(NULL, 0, s);
+    char *quoted = malloc(n + 1);
+    if (quoted == NULL) {
+        fputs("null", f);
+        return;
     }
-    fputc('"', f);
+    gp_format_json_string(quoted, n + 1, s);
+    fputs(quoted, f);
+    free(quoted);
 }
 
 static const char *base_name(const char *path)
@@ -129,6 +130,7 @@ static void print_text(const gp_trace *t, const gp_replay_result *r)
     printf("  page floor            %.3f x live (peak live in 512 B granules, in whole 2 MiB pages)\n",
            r->peak_live_bytes ? (double)r->page_floor_bytes / (double)r->peak_live_bytes : 0.0);
     printf("  failed allocations    %llu\n", (unsigned long long)r->failed_allocations);
+    printf("  failed frees          %llu\n", (unsigned long long)r->failed_frees);
     if (r->first_failure[0])
         printf("  first failure         %s\n", r->first_failure);
     double eps = r->host_ns_per_event > 0 ? 1e9 / r->host_ns_per_event : 0.0;
@@ -150,7 +152,8 @@ static void print_json_trace(FILE *f, const gp_trace *t, const gp_replay_result 
             "\"peak_allocated_bytes\":%llu,\"sim_peak_bytes\":%llu,\"host_ns_per_event_min\":%.3f,"
             "\"host_ns_per_event_max\":%.3f,\"host_ns_per_event_first\":%.3f,\"allocations\":%zu,"
             "\"frees\":%zu,\"trace_allocate_failures\":%zu,\"unknown_frees\":%zu,\"double_allocations\":%zu,"
-            "\"streams\":%zu,\"threads\":%zu,\"failed_frees\":%llu,\"segments_end\":%llu,\"device_memory\":",
+            "\"streams\":%zu,\"threads\":%zu,\"failed_frees\":%llu,\"segments_end\":%llu,"
+            "\"allocated_bytes_end\":%llu,\"device_memory\":",
             (unsigned long long)r->events, (unsigned long long)r->peak_live_bytes,
             (unsigned long long)r->peak_reserved_bytes, r->reserved_over_live,
             (unsigned long long)r->device_alloc_calls, (unsigned long long)r->device_free_calls,
@@ -159,7 +162,8 @@ static void print_json_trace(FILE *f, const gp_trace *t, const gp_replay_result 
             (unsigned long long)r->peak_allocated_bytes, (unsigned long long)r->sim_peak_bytes,
             r->host_ns_per_event_min, r->host_ns_per_event_max, r->host_ns_per_event_first, t->num_allocs,
             t->num_frees, t->num_alloc_failures, t->unknown_frees, t->double_allocs, t->num_streams,
-            t->num_threads, (unsigned long long)r->failed_frees, (unsigned long long)r->segments_end);
+            t->num_threads, (unsigned long long)r->failed_frees, (unsigned long long)r->segments_end,
+            (unsigned long long)r->allocated_bytes_end);
     json_string(f, dm);
     fprintf(f, ",\"map_calls\":%llu,\"unmap_calls\":%llu,\"map_calls_first_repeat\":%llu,\"map_calls_last_repeat\":%llu",
             (unsigned long long)r->map_calls, (unsigned long long)r->unmap_calls,
@@ -180,27 +184,57 @@ static void print_json_trace(FILE *f, const gp_trace *t, const gp_replay_result 
     fprintf(f, ",\"pool\":%s}", r->stats_json[0] ? r->stats_json : "null");
 }
 
+/*
+ * Checks the configuration before any trace is read, so that its errors name their source
+ * (GPUPOOL_CONF, --device-memory or --conf) and not a trace. 0, or 2 with a message printed.
+ */
+static int check_configuration(const char *dm, const char *conf)
+{
+    gp_config cfg;
+    gp_config_defaults(&cfg);
+    char item[256];
+    snprintf(item, sizeof item, "device_memory:%s", dm);
+    const char *env = getenv("GPUPOOL_CONF");
+    int rc = gp_config_apply(&cfg, env, "GPUPOOL_CONF");
+    if (rc == GP_OK && strlen(dm) < 200)
+        rc = gp_config_apply(&cfg, item, "--device-memory");
+    else if (rc == GP_OK)
+        rc = gp_error_set(GP_ERR_CONFIG, "--device-memory: a value of %zu characters is not a size", strlen(dm));
+    if (rc == GP_OK)
+        rc = gp_config_apply(&cfg, conf, "--conf");
+    if (rc == GP_OK)
+        rc = gp_config_apply(&cfg, "backend:sim", "replay");
+    if (rc == GP_OK)
+        rc = gp_config_validate(&cfg);
+    if (rc == GP_OK)
+        return 0;
+    fprintf(stderr, "gpupool replay: %s\n", gp_last_error());
+    return 2;
+}
+
 int gp_cmd_replay(int argc, char **argv)
 {
     const char *dm = GP_REPLAY_DEFAULT_DEVICE_MEMORY;
     const char *conf = "";
     const char *plot = NULL;
     unsigned repeat = 1;
-    int json = 0, processes = 0;
+    int json = 0, repeat_given = 0, processes = 0;
     double speed = 0;
     const char *snapshot = NULL;
     unsigned snapshot_flags = 0;
     int first_trace = argc;
     const char **model_specs = calloc((size_t)argc, sizeof *model_specs);
     int num_models = 0;
+    int status = 0;
     if (model_specs == NULL)
         return 1;
+    /* Every return from here on goes through `done`, which frees model_specs. */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *value = NULL;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             fputs(replay_usage, stdout);
-            return 0;
+            goto done;
         }
         if (strcmp(a, "--json") == 0) {
             json = 1;
@@ -234,11 +268,13 @@ int gp_cmd_replay(int argc, char **argv)
         }
         if (which < 0) {
             fprintf(stderr, "gpupool replay: unknown option %s\n\n%s", a, replay_usage);
-            return 2;
+            status = 2;
+            goto done;
         }
         if (value == NULL) {
             fprintf(stderr, "gpupool replay: %s needs a value\n", names[which]);
-            return 2;
+            status = 2;
+            goto done;
         }
         if (which == 0) {
             dm = value;
@@ -250,9 +286,11 @@ int gp_cmd_replay(int argc, char **argv)
             if (*end != '\0' || n == 0 || n > GP_REPLAY_MAX_TIMED_REPEATS) {
                 fprintf(stderr, "gpupool replay: --repeat %s: expected a count from 1 to %u\n", value,
                         GP_REPLAY_MAX_TIMED_REPEATS);
-                return 2;
+                status = 2;
+                goto done;
             }
             repeat = (unsigned)n;
+            repeat_given = 1;
         } else if (which == 4) {
             model_specs[num_models++] = value;
         } else if (which == 5) {
@@ -262,8 +300,8 @@ int gp_cmd_replay(int argc, char **argv)
                 snapshot_flags = GP_SNAPSHOT_LIST;
             } else {
                 fprintf(stderr, "gpupool replay: --snapshot-format %s: expected dict or list\n", value);
-                free(model_specs);
-                return 2;
+                status = 2;
+                goto done;
             }
         } else if (which == 6) {
             snapshot = value;
@@ -280,24 +318,31 @@ int gp_cmd_replay(int argc, char **argv)
             plot = value;
         }
     }
+    if ((status = check_configuration(dm, conf)) != 0)
+        goto done;
     if (num_models > 0) {
         if (first_trace < argc) {
             fprintf(stderr, "gpupool replay: give traces either as --model NAME=TRACE or plainly, not both\n");
-            free(model_specs);
-            return 2;
-        }
-        int status = gp_replay_models(model_specs, num_models, dm, conf, json, snapshot, snapshot_flags, processes,
+            status = 2;
+        } else if (repeat_given || plot != NULL) {
+            fprintf(stderr, "gpupool replay: %s does not apply to --model (the models replay once, together)\n",
+                    repeat_given ? "--repeat" : "--plot");
+            status = 2;
+        } else {
+            status = gp_replay_models(model_specs, num_models, dm, conf, json, snapshot, snapshot_flags, processes,
                                       speed);
-        if (status == 0 && snapshot != NULL && !json)
-            printf("snapshot written to %s\n", snapshot);
-        free(model_specs);
-        return status;
+            if (status == 0 && snapshot != NULL && !json)
+                printf("snapshot written to %s\n", snapshot);
+        }
+        goto done;
     }
-    free(model_specs);
     if (first_trace >= argc) {
         fprintf(stderr, "gpupool replay: no trace given\n\n%s", replay_usage);
-        return 2;
+        status = 2;
+        goto done;
     }
+    free(model_specs);
+    model_specs = NULL;
     int num_traces = argc - first_trace;
     if (snapshot != NULL && num_traces > 1) {
         fprintf(stderr, "gpupool replay: --snapshot writes one pool: give one trace (or several as --model)\n");
@@ -309,10 +354,13 @@ int gp_cmd_replay(int argc, char **argv)
     char **titles = plot ? calloc((size_t)num_traces, sizeof *titles) : NULL;
     if (plot && (panels == NULL || series == NULL || plots == NULL || titles == NULL)) {
         fprintf(stderr, "gpupool replay: out of host memory\n");
+        free(panels);
+        free(series);
+        free(plots);
+        free(titles);
         return 1;
     }
 
-    int status = 0;
     if (json)
         fputs("{\"traces\":[", stdout);
     for (int ti = 0; ti < num_traces; ti++) {
@@ -362,6 +410,11 @@ int gp_cmd_replay(int argc, char **argv)
             print_text(&trace, res);
             if (snapshot != NULL)
                 printf("  snapshot              written to %s\n", snapshot);
+        }
+        if (res->failed_frees > 0) { /* the blocks stayed live and were freed at each pass's end */
+            fprintf(stderr, "gpupool replay: %s: %llu free%s failed (first: %s)\n", path,
+                    (unsigned long long)res->failed_frees, res->failed_frees == 1 ? "" : "s", res->first_failure);
+            status = 1;
         }
         if (plot) {
             /* a second, observed run (stats after every event), so that the timed run stays clean */
@@ -430,5 +483,8 @@ int gp_cmd_replay(int argc, char **argv)
         free(panels);
         free(series);
     }
+    return status;
+done:
+    free(model_specs);
     return status;
 }

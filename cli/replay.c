@@ -73,6 +73,8 @@ static uint64_t granule_round(uint64_t size)
 /* The timed pass: nothing but the pool calls and the live sum. */
 static void run_pass(const gp_trace *t, replay_state *s, gp_replay_result *r)
 {
+    if (t->num_events == 0)
+        return; /* events is NULL then: NULL + 0 is undefined behaviour in C */
     const gp_trace_event *ev = t->events;
     const gp_trace_event *end = ev + t->num_events;
     gp_pool *pool = s->pool;
@@ -99,9 +101,10 @@ static void run_pass(const gp_trace *t, replay_state *s, gp_replay_result *r)
         } else if (ev->kind == GP_EV_FREE) {
             if (ptrs[ev->slot] != NULL) {
                 int rc = gp_free(pool, ptrs[ev->slot], streams[ev->stream]);
-                if (rc != GP_OK) {
+                if (rc != GP_OK) { /* still live in the pool: free_live frees it on its own stream */
                     r->failed_frees++;
                     note_failure(r, "free", rc);
+                    continue;
                 }
                 ptrs[ev->slot] = NULL;
                 live -= ev->size;
@@ -139,13 +142,14 @@ static void run_pass_observed(const gp_trace *t, replay_state *s, gp_replay_resu
             }
         } else if (ev->kind == GP_EV_FREE && s->ptrs[ev->slot] != NULL) {
             int rc = gp_free(s->pool, s->ptrs[ev->slot], s->streams[ev->stream]);
-            if (rc != GP_OK) {
+            if (rc != GP_OK) { /* still live in the pool: free_live frees it on its own stream */
                 r->failed_frees++;
                 note_failure(r, "free", rc);
+            } else {
+                s->ptrs[ev->slot] = NULL;
+                s->live -= ev->size;
+                s->live_rounded -= granule_round(ev->size);
             }
-            s->ptrs[ev->slot] = NULL;
-            s->live -= ev->size;
-            s->live_rounded -= granule_round(ev->size);
         }
         memset(&stats, 0, sizeof stats);
         stats.size = sizeof stats;
@@ -177,6 +181,16 @@ static void free_live(const gp_trace *t, replay_state *s, gp_replay_result *r)
 #define DEVICE_ALLOC_CALLS (GP_SIM_CALL_MEM_ALLOC | GP_SIM_CALL_PHYS_CREATE)
 #define DEVICE_FREE_CALLS (GP_SIM_CALL_MEM_FREE | GP_SIM_CALL_PHYS_RELEASE)
 #define MAP_CALLS (GP_SIM_CALL_MAP | GP_SIM_CALL_UNMAP)
+
+/* The last max_streams value --conf gives (later keys override earlier ones), 0 if none. */
+static unsigned long conf_max_streams(const char *conf)
+{
+    unsigned long value = 0;
+    for (const char *at = strstr(conf, "max_streams:"); at != NULL; at = strstr(at + 1, "max_streams:"))
+        if (at == conf || at[-1] == ',' || at[-1] == ' ')
+            value = strtoul(at + strlen("max_streams:"), NULL, 10);
+    return value;
+}
 
 static uint64_t device_calls(gp_sim *sim)
 {
@@ -228,7 +242,7 @@ int gp_replay_run(const gp_trace *trace, const gp_replay_options *options, gp_re
     const char *dm = o->device_memory && o->device_memory[0] ? o->device_memory
                                                              : GP_REPLAY_DEFAULT_DEVICE_MEMORY;
     const char *conf = o->conf ? o->conf : "";
-    size_t cfg_len = strlen(dm) + strlen(conf) + 48;
+    size_t cfg_len = strlen(dm) + strlen(conf) + 80;
     char *cfg = malloc(cfg_len);
     replay_state s = {0};
     double *ns = malloc(repeats * sizeof *ns);
@@ -239,8 +253,18 @@ int gp_replay_run(const gp_trace *trace, const gp_replay_options *options, gp_re
         ret = fail(err, errlen, "%s: out of host memory", trace->path);
         goto out;
     }
-    /* backend:sim unless --conf names another (sim-vmm); later keys override earlier ones */
-    snprintf(cfg, cfg_len, "backend:sim,device_memory:%s%s%s", dm, conf[0] ? "," : "", conf);
+    unsigned long asked = conf_max_streams(conf);
+    if (asked != 0 && asked < trace->num_streams) {
+        ret = fail(err, errlen, "the trace uses %zu streams but --conf sets max_streams:%lu; raise it or leave it out "
+                   "(replay then makes room for every stream)", trace->num_streams, asked);
+        goto out;
+    }
+    /* backend:sim unless --conf names another (sim-vmm); later keys override earlier ones. The pool
+     * tracks max_streams streams (default 256): room for every stream of the trace is made, unless
+     * --conf sets max_streams, which is then checked against the trace. */
+    unsigned need_streams = trace->num_streams > 256 ? (unsigned)trace->num_streams : 256u;
+    snprintf(cfg, cfg_len, "backend:sim,device_memory:%s,max_streams:%u%s%s", dm, need_streams, conf[0] ? "," : "",
+             conf);
     int rc = gp_pool_create(&s.pool, 0, NULL, cfg);
     if (rc != GP_OK) {
         ret = fail(err, errlen, "cannot create a pool with \"%s\": %s: %s", cfg, gp_strerror(rc),
@@ -326,6 +350,7 @@ int gp_replay_run(const gp_trace *trace, const gp_replay_options *options, gp_re
     gp_sim_report report;
     gp_sim_get_report(s.sim, &report);
 
+    r->allocated_bytes_end = stats.allocated_bytes;
     r->peak_live_bytes = s.peak_live;
     r->peak_live_rounded_bytes = s.peak_live_rounded;
     r->page_floor_bytes = (s.peak_live_rounded + REPLAY_PAGE - 1) / REPLAY_PAGE * REPLAY_PAGE;

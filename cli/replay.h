@@ -62,7 +62,9 @@ typedef struct gp_replay_result {
     uint64_t first_creates, first_releases, first_maps, first_unmaps, first_set_access, first_syncs;
     double warmup_model_us; /* the first pass's calls times the published A100 costs (see replay.c) */
     uint64_t failed_allocations;   /* gp_alloc failures, all passes */
-    uint64_t failed_frees;         /* gp_free failures (a pool bug if ever non-zero) */
+    uint64_t failed_frees;         /* gp_free failures (e.g. a free on a stream no allocation used): the
+                                    * block stays live and is freed on its own stream at the pass's end */
+    uint64_t allocated_bytes_end;  /* the pool's allocated bytes after the last pass (0 unless leaked) */
     uint64_t trace_alloc_failures; /* `allocate failure` lines per pass (not replayed) */
     uint64_t segments_end;         /* device allocations the pool held after the last pass */
     double host_ns_per_event;      /* median over passes of (loop time / events) */

@@ -37,6 +37,20 @@ typedef struct model {
     uint64_t live, peak_live, failed, quota, refused_other;
 } model;
 
+/* s as a JSON string on stdout (format.c's escaping). */
+static void put_json_string(const char *s)
+{
+    size_t n = gp_format_json_string(NULL, 0, s);
+    char *quoted = malloc(n + 1);
+    if (quoted == NULL) {
+        fputs("null", stdout);
+        return;
+    }
+    gp_format_json_string(quoted, n + 1, s);
+    fputs(quoted, stdout);
+    free(quoted);
+}
+
 typedef struct merged_event {
     uint64_t time_us;
     uint32_t model, index;
@@ -47,8 +61,13 @@ static int parse_spec(model *m, const char *spec, char *err, size_t errlen)
 {
     m->spec = spec;
     const char *eq = strchr(spec, '=');
-    if (eq == NULL || eq == spec || (size_t)(eq - spec) >= sizeof m->name) {
+    if (eq == NULL || eq == spec) {
         snprintf(err, errlen, "--model %s: expected NAME=TRACE[:max=SIZE][:high=SIZE][:min=SIZE]", spec);
+        return -1;
+    }
+    if ((size_t)(eq - spec) >= sizeof m->name) {
+        snprintf(err, errlen, "--model %.*s...: the model name is %zu bytes; a tenant name is 1 to %zu", 16, spec,
+                 (size_t)(eq - spec), sizeof m->name - 1);
         return -1;
     }
     memcpy(m->name, spec, (size_t)(eq - spec));
@@ -66,10 +85,15 @@ static int parse_spec(model *m, const char *spec, char *err, size_t errlen)
         if (at != NULL && (cut == NULL || at < cut))
             cut = at;
     }
+    if (cut != NULL)
+        *cut = '\0';
+    if (m->path[0] == '\0') {
+        snprintf(err, errlen, "--model %s: no trace path after '=' (expected NAME=TRACE)", spec);
+        return -1;
+    }
     if (cut == NULL)
         return 0;
     char *items = cut + 1;
-    *cut = '\0';
     for (char *save = NULL, *item = strtok_r(items, ":", &save); item != NULL; item = strtok_r(NULL, ":", &save)) {
         char *value = strchr(item, '=');
         size_t bytes = 0;
@@ -155,8 +179,14 @@ int gp_replay_models(const char **specs, int count, const char *device_memory, c
             for (size_t e = 0; e < models[i].trace.num_events; e++)
                 events[n++] = (merged_event){models[i].trace.events[e].time_us, (uint32_t)i, (uint32_t)e};
         qsort(events, total, sizeof *events, compare_events);
+        /* room for every model's streams (max_streams counts (stream, tenant) pairs; default 256), unless
+         * --conf sets max_streams itself */
+        size_t streams = 0;
+        for (int i = 0; i < count; i++)
+            streams += models[i].trace.num_streams;
         char cfg[2048];
-        snprintf(cfg, sizeof cfg, "backend:sim,device_memory:%s%s%s", device_memory, conf[0] ? "," : "", conf);
+        snprintf(cfg, sizeof cfg, "backend:sim,device_memory:%s,max_streams:%zu%s%s", device_memory,
+                 streams > 256 ? streams : 256, conf[0] ? "," : "", conf);
         if (gp_pool_create(&pool, 0, NULL, cfg) != GP_OK || (sim = gp_sim_of(pool)) == NULL) {
             fprintf(stderr, "gpupool replay: cannot create a simulated pool with \"%s\": %s\n", cfg, gp_last_error());
             status = 1;
@@ -209,13 +239,20 @@ int gp_replay_models(const char **specs, int count, const char *device_memory, c
             }
         } else if (ev->kind == GP_EV_FREE && m->ptrs[ev->slot] != NULL) {
             if (gp_free(pool, m->ptrs[ev->slot], stream) != GP_OK) {
+                /* the block stays live; the end of the replay frees it on its own stream */
                 fprintf(stderr, "gpupool replay: model %s: free failed: %s\n", m->name, gp_last_error());
                 status = 1;
+                continue;
             }
             m->live -= m->trace.slot_size[ev->slot];
             m->ptrs[ev->slot] = NULL;
         }
     }
+    if (status != 0 && pool != NULL) /* a failed free stopped the replay: free what is live */
+        for (int i = 0; i < count; i++)
+            for (size_t s = 0; models[i].ptrs != NULL && s < models[i].trace.num_allocs; s++)
+                if (models[i].ptrs[s] != NULL)
+                    gp_free(pool, models[i].ptrs[s], models[i].streams[models[i].trace.slot_stream[s]]);
     if (status == 0 && snapshot != NULL && gp_snapshot_write(&pool, 1, snapshot, snapshot_flags) != GP_OK) {
         fprintf(stderr, "gpupool replay: --snapshot: %s\n", gp_last_error());
         status = 1;
@@ -223,9 +260,11 @@ int gp_replay_models(const char **specs, int count, const char *device_memory, c
     if (status == 0) {
         gp_stats st = {.size = sizeof st, .version = GP_STATS_VERSION};
         gp_get_stats(pool, &st);
-        if (json)
-            printf("{\"device_memory\":\"%s\",\"peak_reserved_bytes\":%llu,\"tenants\":[", device_memory,
-                   (unsigned long long)st.reserved_bytes_peak);
+        if (json) {
+            fputs("{\"device_memory\":", stdout);
+            put_json_string(device_memory);
+            printf(",\"peak_reserved_bytes\":%llu,\"tenants\":[", (unsigned long long)st.reserved_bytes_peak);
+        }
         else
             printf("%-16s %12s %14s %14s %10s %10s  %s\n", "model", "max", "peak live", "peak held", "refused",
                    "other", "trace");
@@ -234,18 +273,23 @@ int gp_replay_models(const char **specs, int count, const char *device_memory, c
             gp_tenant_stats ts = {.size = sizeof ts, .version = GP_TENANT_STATS_VERSION};
             gp_tenant_get_stats(pool, m->name, &ts);
             char a[GP_SIZE_TEXT_MAX], b[GP_SIZE_TEXT_MAX], c[GP_SIZE_TEXT_MAX];
-            if (json)
-                printf("%s{\"name\":\"%s\",\"trace\":\"%s\",\"max\":%llu,\"min\":%llu,\"peak_bytes\":%llu,"
+            if (json) {
+                fputs(i ? ",{\"name\":" : "{\"name\":", stdout);
+                put_json_string(m->name);
+                fputs(",\"trace\":", stdout);
+                put_json_string(m->path);
+                printf(",\"max\":%llu,\"min\":%llu,\"peak_bytes\":%llu,"
                        "\"peak_live_bytes\":%llu,\"refusals\":%llu,\"failed_allocations\":%llu}",
-                       i ? "," : "", m->name, m->path, (unsigned long long)m->limits.max,
+                       (unsigned long long)m->limits.max,
                        (unsigned long long)m->limits.min, (unsigned long long)ts.held_bytes_peak,
                        (unsigned long long)m->peak_live, (unsigned long long)ts.refusals,
                        (unsigned long long)m->failed);
-            else
+            } else {
                 printf("%-16s %12s %14s %14s %10llu %10llu  %s\n", m->name,
                        m->limits.max ? gp_format_size(m->limits.max, a) : "none", gp_format_size(m->peak_live, b),
                        gp_format_size(ts.held_bytes_peak, c), (unsigned long long)m->quota,
                        (unsigned long long)m->refused_other, m->path);
+            }
         }
         if (json)
             printf("]}\n");

@@ -598,6 +598,14 @@ int gp_trace_read(gp_trace *trace, const char *path, char *err, size_t errlen)
             return fail(err, errlen, "%s: %s: %s", name,
                         code == Z_ERRNO ? "read error" : "not a readable gzip stream", msg);
         }
+        /* A trace is text: a NUL byte means binary data (and /dev/zero would be read without end). */
+        const char *nul = got > 0 ? memchr(text + len, '\0', (size_t)got) : NULL;
+        if (nul != NULL) {
+            size_t at = (size_t)(nul - text);
+            gzclose(f);
+            free(text);
+            return fail(err, errlen, "%s: a NUL byte at offset %zu: not a text trace (expected CSV lines)", name, at);
+        }
         len += (size_t)got;
         if (got == 0) {
             /* a gzip stream cut short reads as a clean end without Z_BUF_ERROR from gzread */

@@ -159,7 +159,9 @@ typedef struct gp_tenant_limits {
 
 #define GP_TENANT_NAME_MAX 64 /* names are 1..63 bytes */
 
-/* Creates a tenant; GP_ERR_INVALID for a bad or duplicate name or min > max. limits may be NULL. */
+/* Creates a tenant; GP_ERR_INVALID for a bad or duplicate name, min > max, a min above the device's
+ * memory, or mins of all tenants that would add up past it (guarantees that could not all be kept).
+ * limits may be NULL. gp_tenant_set_limits checks the same. */
 GP_API int gp_tenant_create(gp_pool *pool, const char *name, const gp_tenant_limits *limits);
 /* Changes a tenant's limits at run time (see above for lowering max). */
 GP_API int gp_tenant_set_limits(gp_pool *pool, const char *name, const gp_tenant_limits *limits);
@@ -174,9 +176,19 @@ GP_API int gp_tenant_bind_stream(gp_pool *pool, const char *name, gp_stream stre
 /*
  * Pausing releases the tenant's physical memory and keeps its virtual addresses (vmm backends only;
  * GP_ERR_INVALID otherwise). With GP_PAUSE_KEEP_CONTENTS live contents are first copied to pinned host
- * staging memory; resume maps fresh pages at the same addresses and copies them back. Allocating in a
- * paused tenant fails with GP_ERR_PAUSED; freeing its blocks is allowed. The caller makes sure no
- * kernel uses the tenant's memory while it is paused.
+ * staging memory; resume maps fresh pages at the same addresses and copies them back into the blocks
+ * still live (a block freed while paused is simply not restored). Without it, a resumed tenant's blocks
+ * hold unspecified bytes. Allocating in a paused tenant fails with GP_ERR_PAUSED; freeing its blocks is
+ * allowed. The caller makes sure no kernel uses the tenant's memory while it is paused.
+ *
+ * A pause that fails (a device call fails part-way) keeps the contents, with or without
+ * GP_PAUSE_KEEP_CONTENTS: the pages already unmapped are mapped back with their own physical memory,
+ * which is given back only once every unmap has succeeded, and the error says "rolled back" — the
+ * tenant runs on as before. Only if mapping them back fails too (a second fault) does the tenant stay
+ * paused; the error then says so, and whether resume restores staged contents or the contents of
+ * those pages are lost. A resume that fails leaves the tenant paused (and its staging kept): call it
+ * again. Resume at device OOM first turns other tenants' cached free pages (down to their min) into
+ * memory for the tenant.
  */
 GP_API int gp_tenant_pause(gp_pool *pool, const char *name, unsigned flags);
 GP_API int gp_tenant_resume(gp_pool *pool, const char *name);

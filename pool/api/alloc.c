@@ -38,18 +38,40 @@ static int gated(gp_pool_state *p, gp_tenant *t, size_t size)
     return rc;
 }
 
-/* The slow path: called with no lock held. Maintenance first (a failure to give memory back does not
- * fail the allocation), then the provider's growth chain (provider/segment.c, provider/vmm.c). */
+/* True when st owns device memory: a segment, or a range with pages mapped (pool lock held). */
+static bool owns_memory(gp_pool_state *p, const gp_stream_state *st)
+{
+    for (const gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next)
+        if (seg->owner == st && seg->mapped_bytes > 0)
+            return true;
+    return false;
+}
+
+/*
+ * The slow path: called with no lock held. Maintenance first (a failure to give memory back does not
+ * fail the allocation), then the provider's growth chain (provider/segment.c, provider/vmm.c).
+ * A state not yet counted against max_streams (ds/stream.h) is counted once the allocation succeeds or
+ * leaves memory in it; one that fails and holds nothing stays uncounted, so that refused calls do not
+ * use up the pool's streams. Room is checked first, under the same pool lock, so the count never
+ * passes max_streams.
+ */
 static int alloc_slow(gp_pool_state *p, gp_stream_state *st, size_t size, size_t rsize, bool small, void **out)
 {
     pthread_mutex_lock(&p->lock);
-    int failed;
-    gp_maintain_locked(p, &failed);
-    int rc = p->provider->alloc(p, st, size, rsize, small, out);
-    if (rc == GP_ERR_QUOTA)
-        atomic_fetch_add(&st->tenant->refusals, 1);
-    if (rc == GP_ERR_OOM)
-        gp_history_note(p, GP_HIST_OOM, 0, size, st->handle, st->tenant->index);
+    int rc = GP_OK;
+    if (!st->claimed && p->streams.claimed >= p->streams.max_streams)
+        rc = gp_stream_claim(&p->streams, st); /* fails, saying max_streams */
+    if (rc == GP_OK) {
+        int failed;
+        gp_maintain_locked(p, &failed);
+        rc = p->provider->alloc(p, st, size, rsize, small, out);
+        if (rc == GP_ERR_QUOTA)
+            atomic_fetch_add(&st->tenant->refusals, 1);
+        if (rc == GP_ERR_OOM)
+            gp_history_note(p, GP_HIST_OOM, 0, size, st->handle, st->tenant->index);
+        if (!st->claimed && (rc == GP_OK || owns_memory(p, st)))
+            gp_stream_claim(&p->streams, st); /* cannot fail: room was checked under this lock */
+    }
     pthread_mutex_unlock(&p->lock);
     return rc;
 }
@@ -77,7 +99,7 @@ GP_API int gp_alloc(gp_pool *pool, void **out, size_t size, gp_stream stream)
         return rc;
     bool small = rsize <= p->cfg.small_size;
     if (atomic_load_explicit(&st->tenant->gate, memory_order_relaxed) != GP_OK) {
-        rc = gated(p, st->tenant, size);
+        rc = gated(p, st->tenant, size); /* a refusal leaves a new st unclaimed (ds/stream.h) */
         if (rc != GP_OK) {
             if (p->log != NULL)
                 gp_trace_log_event(p->log, GP_TRACE_ALLOCATE_FAILURE, 0, size, stream);
@@ -86,7 +108,8 @@ GP_API int gp_alloc(gp_pool *pool, void **out, size_t size, gp_stream stream)
     }
 
     pthread_mutex_lock(&st->lock);
-    if (atomic_load_explicit(&st->pending_count, memory_order_relaxed) != 0)
+    /* pending_scan 0 queries none here (gp_pending_collect's own 0 would mean all of them) */
+    if (p->cfg.pending_scan != 0 && atomic_load_explicit(&st->pending_count, memory_order_relaxed) != 0)
         gp_pending_collect(p, st, p->cfg.pending_scan);
     gp_block *b = NULL;
     if (gp_block_map_reserve(&st->live)) {

@@ -36,6 +36,8 @@ unsigned gp_tenant_resolve(gp_pool_state *p, gp_stream stream);
  * and takes p's innermost one off again (false when the thread has none of p). */
 int gp_current_tenant_push(gp_pool_state *p, unsigned index);
 bool gp_current_tenant_pop(gp_pool_state *p);
+/* Drops the calling thread's frames of the pool with this serial (gp_pool_destroy). */
+void gp_current_tenant_forget_pool(uint64_t pool_serial);
 
 /* ---- tenant.c ---- */
 /* The tenant named `name`; GP_ERR_INVALID with a message starting with `fn` when there is none. */

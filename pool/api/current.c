@@ -8,9 +8,13 @@
 #include "api/api.h"
 #include "base/error.h"
 
-/* The calling thread's current tenants, innermost last (one stack for all pools). */
+/* The calling thread's current tenants, innermost last (one stack for all pools). A frame names its
+ * pool by the pool's serial, which is unique in the process and never reused: a frame left behind by a
+ * pool destroyed without a pop can never match a later pool, even one whose state malloc placed at the
+ * old address (its tenant index would name a tenant the new pool does not have). gp_pool_destroy drops
+ * the destroying thread's frames of the pool; another thread's stay, inert, until it pops them. */
 typedef struct tenant_frame {
-    const gp_pool_state *pool;
+    uint64_t pool_serial;
     unsigned tenant;
 } tenant_frame;
 
@@ -22,7 +26,7 @@ static _Thread_local uint64_t thread_tenant_generation;
 unsigned gp_tenant_resolve(gp_pool_state *p, gp_stream stream)
 {
     for (unsigned i = tenant_depth; i-- > 0;)
-        if (tenant_stack[i].pool == p)
+        if (tenant_stack[i].pool_serial == p->serial)
             return tenant_stack[i].tenant;
     gp_binding *b = gp_tenant_binding_find(&p->tenants, stream);
     if (b != NULL) {
@@ -39,7 +43,7 @@ int gp_current_tenant_push(gp_pool_state *p, unsigned index)
     if (tenant_depth >= GP_TENANT_STACK_MAX)
         return gp_error_set(GP_ERR_INVALID, "gp_tenant_push: tenants nest at most %d deep in one thread",
                             GP_TENANT_STACK_MAX);
-    tenant_stack[tenant_depth++] = (tenant_frame){p, index};
+    tenant_stack[tenant_depth++] = (tenant_frame){p->serial, index};
     thread_tenant_generation++;
     return GP_OK;
 }
@@ -47,7 +51,7 @@ int gp_current_tenant_push(gp_pool_state *p, unsigned index)
 bool gp_current_tenant_pop(gp_pool_state *p)
 {
     for (unsigned i = tenant_depth; i-- > 0;) {
-        if (tenant_stack[i].pool != p)
+        if (tenant_stack[i].pool_serial != p->serial)
             continue;
         memmove(&tenant_stack[i], &tenant_stack[i + 1], (tenant_depth - i - 1) * sizeof tenant_stack[0]);
         tenant_depth--;
@@ -55,6 +59,17 @@ bool gp_current_tenant_pop(gp_pool_state *p)
         return true;
     }
     return false;
+}
+
+void gp_current_tenant_forget_pool(uint64_t pool_serial)
+{
+    unsigned kept = 0;
+    for (unsigned i = 0; i < tenant_depth; i++)
+        if (tenant_stack[i].pool_serial != pool_serial)
+            tenant_stack[kept++] = tenant_stack[i];
+    if (kept != tenant_depth)
+        thread_tenant_generation++;
+    tenant_depth = kept;
 }
 
 int gp_pool_stream(gp_pool_state *p, gp_stream handle, unsigned tenant, gp_stream_state **out)

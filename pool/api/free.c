@@ -239,6 +239,28 @@ slow:
     return rc;
 }
 
+/* The owner of the live block at addr (searched under each stream's own lock: a live block's owner never
+ * changes), or NULL. */
+static gp_stream_state *owner_of_live(gp_pool_state *p, uintptr_t addr)
+{
+    unsigned count = atomic_load(&p->streams.count);
+    for (unsigned i = 0; i < count; i++) {
+        gp_stream_state *owner = p->streams.by_index[i];
+        pthread_mutex_lock(&owner->lock);
+        bool found = gp_block_map_find(&owner->live, addr) != NULL;
+        pthread_mutex_unlock(&owner->lock);
+        if (found)
+            return owner;
+    }
+    return NULL;
+}
+
+/*
+ * The pointer is checked before the stream is registered, so that a call that fails leaves no trace
+ * (a bad pointer must not use up max_streams); the user's state is then found or added and counted
+ * (stream.h), and the block looked up again under its owner's lock, since it may have been freed
+ * meanwhile.
+ */
 GP_API int gp_record_stream(gp_pool *pool, void *ptr, gp_stream stream)
 {
     gp_pool_state *p = NULL;
@@ -247,28 +269,30 @@ GP_API int gp_record_stream(gp_pool *pool, void *ptr, gp_stream stream)
         return rc;
     if (ptr == NULL)
         return gp_error_set(GP_ERR_INVALID, "gp_record_stream: ptr is NULL");
-    gp_stream_state *user;
-    rc = gp_pool_current_state(p, stream, true, &user);
-    if (rc != GP_OK)
-        return rc;
     uintptr_t addr = (uintptr_t)ptr;
-    /* A live block's owner never changes, so each stream can be searched under its own lock alone. */
-    unsigned count = atomic_load(&p->streams.count);
-    for (unsigned i = 0; i < count; i++) {
-        gp_stream_state *owner = p->streams.by_index[i];
+    gp_stream_state *owner = owner_of_live(p, addr);
+    if (owner != NULL && owner->handle == stream)
+        return GP_OK; /* its own stream: nothing to record */
+    gp_stream_state *user = NULL;
+    if (owner != NULL && (rc = gp_pool_current_state(p, stream, true, &user)) != GP_OK)
+        return rc;
+    if (owner != NULL) {
+        pthread_mutex_lock(&p->lock);
+        rc = gp_stream_claim(&p->streams, user);
+        pthread_mutex_unlock(&p->lock);
+        if (rc != GP_OK)
+            return rc;
         pthread_mutex_lock(&owner->lock);
         gp_block *b = gp_block_map_find(&owner->live, addr);
-        if (b != NULL) {
-            if (user->handle != owner->handle && !has_use(b, user)) {
-                if (reserve_use(b))
-                    gp_block_uses(b)[b->use_count++] = user;
-                else
-                    rc = gp_error_set(GP_ERR_INVALID, "gp_record_stream: out of host memory for %p", ptr);
-            }
-            pthread_mutex_unlock(&owner->lock);
-            return rc;
+        if (b != NULL && !has_use(b, user)) {
+            if (reserve_use(b))
+                gp_block_uses(b)[b->use_count++] = user;
+            else
+                rc = gp_error_set(GP_ERR_INVALID, "gp_record_stream: out of host memory for %p", ptr);
         }
         pthread_mutex_unlock(&owner->lock);
+        if (b != NULL)
+            return rc;
     }
     pthread_mutex_lock(&p->lock);
     rc = gp_diagnose_pointer(p, addr, "gp_record_stream");

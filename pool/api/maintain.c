@@ -34,7 +34,9 @@ size_t gp_maintain_locked(gp_pool_state *p, int *failed)
     size_t released = 0;
     int rc = GP_OK;
     if (idle) {
-        uint64_t age = (uint64_t)(p->cfg.idle_release * 1e9);
+        /* the parser keeps idle_release within what a uint64_t of ns holds; saturate all the same */
+        double ns = p->cfg.idle_release * 1e9;
+        uint64_t age = ns >= 18446744073709551616.0 ? UINT64_MAX : (uint64_t)ns;
         uint64_t idle_before = now > age ? now - age : 0;
         if (now > age || age == 0)
             released += p->provider->release(p, 0, idle_before, &rc);

@@ -7,18 +7,55 @@
  * Virtual memory backends only. While paused, a tenant's ranges are marked `paused`: nothing maps,
  * unmaps or stitches them; its blocks keep their states (a free while paused is allowed and touches no
  * device memory), and p->paused_bytes carries their size so that the accounting still adds up.
- * Failure at any page rolls the operation back: every page already unmapped is mapped again (fresh
- * pages) and refilled from staging, so a failed pause changes nothing that the user can see.
+ *
+ * Staging is keyed by block (gp_staging_stage): resume copies back exactly the blocks that are still
+ * live, each from its own offset, so a block freed while paused shifts nothing.
+ *
+ * A pause is done in two phases, so that a failure at any page loses nothing:
+ *   1. unmap every in-use page of the tenant's ranges, keeping each page's physical handle aside
+ *      (gp_vmm_pause_range);
+ *   2. only once every unmap has succeeded, give the handles back to the device.
+ * A failure in phase 1 maps the very same handles back where they were: the physical memory never left,
+ * so the contents are intact with or without GP_PAUSE_KEEP_CONTENTS, and the failed pause changes
+ * nothing the user can see ("rolled back"). Only if mapping a handle back fails too (a second fault)
+ * is the tenant left paused: those pages are then given back, the error says so, and resume maps fresh
+ * pages (and restores the staged contents; without GP_PAUSE_KEEP_CONTENTS the message says that the
+ * contents of those pages are lost).
+ *
+ * Resume maps pages from the page pool, then the device; when the device is full it first turns free
+ * cached pages of other tenants (down to their min) into pooled pages, and tries again.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "api/api.h"
 #include "base/error.h"
+#include "provider/pages.h"
 #include "provider/pending.h"
+#include "provider/pool_ledger.h"
 #include "provider/provider.h"
 #include "provider/staging.h"
 #include "provider/vmm.h"
+
+static bool tenant_range(const gp_segment *seg, const gp_tenant *t)
+{
+    return seg->owner->tenant == t && seg->pages != NULL;
+}
+
+/* Undoes phase 1 (every lock held): maps every held handle back where it was. Returns the pages that
+ * could not be mapped back; their handles go back to the device and their ranges stay paused. */
+static size_t roll_back(gp_pool_state *p, gp_held_page *held, size_t nheld)
+{
+    size_t lost = 0;
+    for (size_t k = nheld; k-- > 0;) {
+        if (gp_vmm_map_back(p, &held[k]) != GP_OK) {
+            gp_pool_ledger_credit(p, held[k].seg->owner->tenant, 0, p->page);
+            gp_page_release(p, held[k].handle);
+            lost++;
+        }
+    }
+    return lost;
+}
 
 GP_API int gp_tenant_pause(gp_pool *pool, const char *name, unsigned flags)
 {
@@ -45,37 +82,55 @@ GP_API int gp_tenant_pause(gp_pool *pool, const char *name, unsigned flags)
     int trimmed; /* its cache goes back first, so that resume maps only what live blocks need */
     p->provider->release_tenant(p, t, SIZE_MAX, &trimmed);
     gp_lock_all_streams(p);
-    size_t live = 0;
+    size_t capacity = 0;
     for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next)
-        if (seg->owner->tenant == t && seg->pages != NULL)
-            for (gp_block *b = seg->first; b != NULL; b = b->next)
-                live += b->state == GP_BLOCK_LIVE ? b->size : 0;
-    void *staging = NULL;
-    if ((flags & GP_PAUSE_KEEP_CONTENTS) && live > 0) {
-        rc = gp_staging_alloc(p, live, &staging);
-        if (rc == GP_OK)
-            rc = gp_staging_copy_live(p, t, staging, true);
-    }
+        if (tenant_range(seg, t))
+            capacity += seg->mapped_bytes / p->page;
+    gp_held_page *held = capacity > 0 ? malloc(capacity * sizeof *held) : NULL;
+    size_t nheld = 0;
+    if (capacity > 0 && held == NULL)
+        rc = gp_error_set(GP_ERR_OOM, "gp_tenant_pause: out of host memory for %zu page handles", capacity);
+    if (rc == GP_OK && (flags & GP_PAUSE_KEEP_CONTENTS))
+        rc = gp_staging_stage(p, t);
     for (gp_segment *seg = p->segments_head; seg != NULL && rc == GP_OK; seg = seg->next)
-        if (seg->owner->tenant == t && seg->pages != NULL)
-            rc = gp_vmm_pause_range(p, seg);
-    if (rc != GP_OK) { /* roll back: fresh pages where pages went, contents from staging */
-        for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next)
-            if (seg->owner->tenant == t && seg->pages != NULL && seg->paused)
-                gp_vmm_resume_range(p, seg);
-        if (staging != NULL)
-            gp_staging_copy_live(p, t, staging, false);
-        gp_staging_free(p, staging, live);
-        t->paused = false;
-        gp_tenant_update_gate(t);
-        gp_error_append(" (gp_tenant_pause of '%s' rolled back)", name);
-    } else {
-        t->staging = staging;
-        t->staging_size = (flags & GP_PAUSE_KEEP_CONTENTS) ? live : 0;
+        if (tenant_range(seg, t))
+            rc = gp_vmm_pause_range(p, seg, held, &nheld);
+    if (rc == GP_OK) { /* phase 2: commit (a handle the device refuses stays in the page pool) */
+        for (size_t k = 0; k < nheld; k++) {
+            gp_pool_ledger_credit(p, held[k].seg->owner->tenant, 0, p->page); /* GPU-wide: no longer held */
+            gp_page_release(p, held[k].handle);
+        }
         atomic_fetch_add(&t->pauses, 1);
+    } else {
+        size_t lost = roll_back(p, held, nheld);
+        if (lost == 0) {
+            gp_staging_drop(p, t);
+            t->paused = false;
+            gp_tenant_update_gate(t);
+            gp_error_append(" (gp_tenant_pause of '%s' rolled back: its memory and contents are as they were)", name);
+        } else {
+            atomic_fetch_add(&t->pauses, 1);
+            gp_error_append(" (gp_tenant_pause of '%s' could not be rolled back: %zu pages could not be mapped again; "
+                            "it stays paused, %s)", name, lost,
+                            t->staged != NULL ? "resume restores its staged contents"
+                                              : "the contents of those pages are lost");
+        }
     }
+    free(held);
     gp_unlock_all_streams(p);
     pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+
+/* Maps fresh pages into every paused range of t. Pool lock held, no stream lock. */
+static int remap_tenant(gp_pool_state *p, gp_tenant *t)
+{
+    int rc = GP_OK;
+    gp_lock_all_streams(p);
+    for (gp_segment *seg = p->segments_head; seg != NULL && rc == GP_OK; seg = seg->next)
+        if (tenant_range(seg, t) && seg->paused)
+            rc = gp_vmm_resume_range(p, seg);
+    gp_unlock_all_streams(p);
     return rc;
 }
 
@@ -93,17 +148,25 @@ GP_API int gp_tenant_resume(gp_pool *pool, const char *name)
         pthread_mutex_unlock(&p->lock);
         return gp_error_set(GP_ERR_INVALID, "gp_tenant_resume: tenant '%s' is not paused", name);
     }
+    rc = remap_tenant(p, t);
+    if (rc == GP_ERR_OOM) { /* the device is full: cached free pages elsewhere serve first */
+        int failed = GP_OK;
+        size_t need = 0;
+        gp_lock_all_streams(p);
+        for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next)
+            if (tenant_range(seg, t) && seg->paused)
+                need += gp_vmm_paused_pages(p, seg);
+        gp_unlock_all_streams(p);
+        gp_collect_all_pending(p); /* quick-listed and completed pending blocks hide whole free pages */
+        if (gp_vmm_unmap_free_pages(p, need, NULL, UINT64_MAX, false, &failed, NULL, t) > 0)
+            rc = remap_tenant(p, t);
+    }
     gp_lock_all_streams(p);
-    for (gp_segment *seg = p->segments_head; seg != NULL && rc == GP_OK; seg = seg->next)
-        if (seg->owner->tenant == t && seg->pages != NULL && seg->paused)
-            rc = gp_vmm_resume_range(p, seg);
-    if (rc == GP_OK && t->staging != NULL)
-        rc = gp_staging_copy_live(p, t, t->staging, false);
+    if (rc == GP_OK && t->staged != NULL)
+        rc = gp_staging_restore(p, t);
     if (rc == GP_OK) {
         /* Blocks freed while paused may sit in pages no live block shares: they are cache again. */
-        gp_staging_free(p, t->staging, t->staging_size);
-        t->staging = NULL;
-        t->staging_size = 0;
+        gp_staging_drop(p, t);
         t->paused = false;
         gp_tenant_update_gate(t);
     } else {

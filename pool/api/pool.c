@@ -127,6 +127,7 @@ GP_API int gp_pool_destroy(gp_pool *pool, gp_leak_report *report)
     gp_leak_report leaks = {0, 0};
     int failed = GP_OK;
     size_t not_returned = 0;
+    gp_current_tenant_forget_pool(p->serial); /* this thread's frames of the pool (current.c) */
 
     pthread_mutex_lock(&p->lock);
     gp_lock_all_streams(p);
@@ -158,10 +159,8 @@ GP_API int gp_pool_destroy(gp_pool *pool, gp_leak_report *report)
     pthread_mutex_unlock(&p->lock);
 
     unsigned tenants = atomic_load(&p->tenants.count);
-    for (unsigned i = 0; i < tenants; i++) {
-        gp_staging_free(p, p->tenants.tenants[i]->staging, p->tenants.tenants[i]->staging_size);
-        p->tenants.tenants[i]->staging = NULL;
-    }
+    for (unsigned i = 0; i < tenants; i++)
+        gp_staging_drop(p, p->tenants.tenants[i]);
     gp_staging_destroy(p);
     free(p->pooled);
     free(p->pooled_since);

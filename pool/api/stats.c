@@ -120,8 +120,10 @@ GP_API int gp_stats_json(gp_pool *pool, char *buf, size_t len, size_t *needed)
     gp_stats s = {.size = sizeof s, .version = GP_STATS_VERSION};
     snapshot(p, &s);
     text_buffer t = {buf, len, 0};
-    put(&t, "{\"version\":%u,\"backend\":\"%s\",\"device\":%d,\"staging\":\"%s\"", GP_STATS_VERSION,
-        p->cfg.backend, p->device, gp_staging_kind(p));
+    char quoted[GP_JSON_TEXT_MAX(sizeof p->cfg.backend)];
+    gp_format_json_string(quoted, sizeof quoted, p->cfg.backend);
+    put(&t, "{\"version\":%u,\"backend\":%s,\"device\":%d,\"staging\":\"%s\"", GP_STATS_VERSION, quoted,
+        p->device, gp_staging_kind(p));
 #define JSON_FIELD(name, unit, what) put(&t, ",\"" #name "\":%llu", (unsigned long long)s.name);
     GP_STATS_FIELDS(JSON_FIELD)
 #undef JSON_FIELD
@@ -131,12 +133,13 @@ GP_API int gp_stats_json(gp_pool *pool, char *buf, size_t len, size_t *needed)
     put(&t, "],\"tenants\":[");
     gp_tenant_stats ts[GP_MAX_TENANTS];
     unsigned tenants = tenants_now(p, ts);
-    for (unsigned i = 0; i < tenants; i++)
+    char name[GP_JSON_TEXT_MAX(GP_TENANT_NAME_MAX)];
+    for (unsigned i = 0; i < tenants && gp_format_json_string(name, sizeof name, ts[i].name) > 0; i++)
         put(&t,
-            "%s{\"name\":\"%s\",\"held_bytes\":%llu,\"peak_bytes\":%llu,\"allocated_bytes\":%llu,"
+            "%s{\"name\":%s,\"held_bytes\":%llu,\"peak_bytes\":%llu,\"allocated_bytes\":%llu,"
             "\"cached_bytes\":%llu,\"max\":%llu,\"high\":%llu,\"min\":%llu,\"refusals\":%llu,\"pauses\":%llu,"
             "\"paused\":%s}",
-            i ? "," : "", ts[i].name, (unsigned long long)ts[i].held_bytes, (unsigned long long)ts[i].held_bytes_peak,
+            i ? "," : "", name, (unsigned long long)ts[i].held_bytes, (unsigned long long)ts[i].held_bytes_peak,
             (unsigned long long)ts[i].allocated_bytes, (unsigned long long)ts[i].cached_bytes,
             (unsigned long long)ts[i].max, (unsigned long long)ts[i].high, (unsigned long long)ts[i].min,
             (unsigned long long)ts[i].refusals, (unsigned long long)ts[i].pauses, ts[i].paused ? "true" : "false");

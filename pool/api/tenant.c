@@ -37,6 +37,34 @@ static int check_limits(const gp_tenant_limits *l, const char *fn, const char *n
     return GP_OK;
 }
 
+/*
+ * A min is a share of the device: it may not exceed the device, and the mins of all tenants (`self`'s
+ * old one replaced by l->min) may not add up past it, or the guarantees could not all be kept (and the
+ * admission's sums could wrap). Pool lock held.
+ */
+static int check_min(gp_pool_state *p, const gp_tenant *self, const gp_tenant_limits *l, const char *fn,
+                     const char *name)
+{
+    char dev[GP_SIZE_TEXT_MAX], min[GP_SIZE_TEXT_MAX], others[GP_SIZE_TEXT_MAX];
+    if (l->min == 0)
+        return GP_OK;
+    if (l->min > p->device_total)
+        return gp_error_set(GP_ERR_INVALID, "%s: tenant '%s': min %s is more than the device's %s", fn, name,
+                            gp_format_size(l->min, min), gp_format_size(p->device_total, dev));
+    size_t sum = 0; /* each min <= device_total, at most GP_MAX_TENANTS of them: no overflow */
+    unsigned count = atomic_load(&p->tenants.count);
+    for (unsigned i = 0; i < count; i++)
+        if (p->tenants.tenants[i] != self)
+            sum += atomic_load(&p->tenants.tenants[i]->min);
+    if (sum > p->device_total - l->min)
+        return gp_error_set(GP_ERR_INVALID,
+                            "%s: tenant '%s': min %s and the other tenants' mins (%s) add up to more than the "
+                            "device's %s",
+                            fn, name, gp_format_size(l->min, min), gp_format_size(sum, others),
+                            gp_format_size(p->device_total, dev));
+    return GP_OK;
+}
+
 static void store_limits(gp_tenant *t, const gp_tenant_limits *l)
 {
     atomic_store(&t->max, l->max);
@@ -63,6 +91,8 @@ GP_API int gp_tenant_create(gp_pool *pool, const char *name, const gp_tenant_lim
     unsigned count = atomic_load(&p->tenants.count);
     if (gp_tenant_find(p, name, "gp_tenant_create", &existing) == GP_OK)
         rc = gp_error_set(GP_ERR_INVALID, "gp_tenant_create: a tenant named '%s' exists already", name);
+    else if ((rc = check_min(p, NULL, l, "gp_tenant_create", name)) != GP_OK)
+        ;
     else if (count >= GP_MAX_TENANTS)
         rc = gp_error_set(GP_ERR_INVALID, "gp_tenant_create: '%s' would be tenant %u; a pool has at most %d", name,
                           count + 1, GP_MAX_TENANTS);
@@ -94,6 +124,10 @@ GP_API int gp_tenant_set_limits(gp_pool *pool, const char *name, const gp_tenant
         (rc = check_limits(limits, "gp_tenant_set_limits", name)) != GP_OK)
         return rc;
     pthread_mutex_lock(&p->lock);
+    if ((rc = check_min(p, t, limits, "gp_tenant_set_limits", name)) != GP_OK) {
+        pthread_mutex_unlock(&p->lock);
+        return rc;
+    }
     store_limits(t, limits);
     size_t held = atomic_load(&t->held);
     if (limits->max != 0 && held > limits->max)

@@ -51,7 +51,8 @@ static const key_spec keys[] = {
     {"max_streams", KEY_UINT, FIELD(max_streams), 0, "256",
      "streams one pool can track"},
     {"pending_scan", KEY_UINT, FIELD(pending_scan), 0, "8",
-     "cross-stream frees whose events an allocation queries before its fast path"},
+     "cross-stream frees whose events an allocation queries before its fast path (0: none; slow paths "
+     "still collect them)"},
     {"steal_wait", KEY_BOOL, FIELD(steal_wait), 0, "true",
      "when the device is full, let a stream wait on another's event to take its free segments"},
     {"borrow", KEY_BOOL, FIELD(borrow), 0, "on",
@@ -160,7 +161,11 @@ static bool parse_size_or_none(const char *text, size_t *out)
     return gp_parse_size(text, out);
 }
 
-/* "off" (-1) or a duration: "30", "30s", "500ms", "2m". */
+/* The longest duration accepted: what the pool's clock (uint64_t nanoseconds) can count, about 584
+ * years. Anything longer would overflow the conversion to nanoseconds (maintain.c). */
+#define GP_SECONDS_MAX 18446744073.0
+
+/* "off" (-1) or a duration: "30", "30s", "500ms", "2m", of at most GP_SECONDS_MAX. */
 static bool parse_seconds(const char *text, double *out)
 {
     if (strcasecmp(text, "off") == 0) {
@@ -180,7 +185,10 @@ static bool parse_seconds(const char *text, double *out)
                                                                  : -1.0;
     if (scale < 0)
         return false;
-    *out = value * scale;
+    double seconds = value * scale;
+    if (!isfinite(seconds) || seconds > GP_SECONDS_MAX)
+        return false;
+    *out = seconds;
     return true;
 }
 
@@ -225,8 +233,9 @@ static int apply_one(gp_config *cfg, const key_spec *key, const char *value, con
         return GP_OK;
     case KEY_SECONDS:
         if (!parse_seconds(value, (double *)field))
-            return gp_error_set(GP_ERR_CONFIG, "%s: '%s' is not a duration (30s, 500ms, 2m) or off for key '%s'",
-                                origin, value, key->name);
+            return gp_error_set(GP_ERR_CONFIG, "%s: '%s' is not a duration (30s, 500ms, 2m) of at most %.0f s (about 584 "
+                                "years, what the pool's nanosecond clock can count) or off for key '%s'",
+                                origin, value, GP_SECONDS_MAX, key->name);
         return GP_OK;
     case KEY_FRACTION:
         if (!parse_fraction(value, (double *)field))
@@ -300,6 +309,14 @@ int gp_config_apply(gp_config *cfg, const char *text, const char *origin)
 {
     if (text == NULL || text[0] == '\0')
         return GP_OK;
+    /* A configuration is text: a control byte means it is not one (a binary file in GPUPOOL_CONF, say),
+     * and echoing it into a message could drive the user's terminal. Bytes >= 0x80 (UTF-8) are text. */
+    for (size_t i = 0; text[i] != '\0'; i++) {
+        unsigned char c = (unsigned char)text[i];
+        if ((c < 0x20 && c != '\t') || c == 0x7f)
+            return gp_error_set(GP_ERR_CONFIG, "%s: byte 0x%02x at offset %zu is a control character: a configuration "
+                                "is printable key:value,key:value text", origin, c, i);
+    }
     gp_config work = *cfg; /* all-or-nothing: apply to a copy */
     char *copy = strdup(text);
     if (copy == NULL)

@@ -26,12 +26,19 @@ gp_block *gp_block_new(gp_block_cache *cache)
     return b;
 }
 
+void gp_block_drop_uses(gp_block *b)
+{
+    free(b->uses);
+    free(b->events);
+    b->uses = NULL;
+    b->events = NULL;
+    b->use_count = 0;
+    b->use_capacity = 0;
+}
+
 void gp_block_recycle(gp_block_cache *cache, gp_block *b)
 {
-    if (b->uses != NULL) {
-        free(b->uses);
-        free(b->events);
-    }
+    gp_block_drop_uses(b);
     b->next = cache->spare;
     cache->spare = b;
     cache->count++;
@@ -156,7 +163,7 @@ bool gp_heap_quick_put(gp_heap *heap, gp_block *b)
         return false;
     b->state = GP_BLOCK_QUICK;
     b->requested = 0;
-    b->use_count = 0;
+    gp_block_drop_uses(b);
     b->list_prev = NULL;
     b->list_next = heap->quick[g];
     heap->quick[g] = b;
@@ -195,7 +202,7 @@ gp_block *gp_heap_release(gp_heap *heap, gp_block_cache *cache, gp_block *b)
     assert(b->state != GP_BLOCK_FREE);
     b->state = GP_BLOCK_FREE;
     b->requested = 0;
-    b->use_count = 0;
+    gp_block_drop_uses(b);
     if (b->next != NULL && b->next->state == GP_BLOCK_FREE) {
         gp_heap_remove(heap, b->next);
         absorb(cache, b, b->next);

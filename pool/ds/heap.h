@@ -38,6 +38,10 @@ typedef struct gp_block_cache {
 
 gp_block *gp_block_new(gp_block_cache *cache);            /* NULL when host memory is exhausted */
 void gp_block_recycle(gp_block_cache *cache, gp_block *b); /* b must not be on any list */
+/* Gives back b's use arrays (more than GP_BLOCK_INLINE_USES streams) and forgets its uses. Called
+ * whenever a block stops being LIVE or PENDING, so that only those own heap arrays (gp_check) and
+ * a block struct freed anywhere (a released range's last block, say) can leak nothing. */
+void gp_block_drop_uses(gp_block *b);
 void gp_block_cache_clear(gp_block_cache *cache);
 
 /* Puts a FREE block on its list. */

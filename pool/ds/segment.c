@@ -64,6 +64,8 @@ bool gp_segment_check(const gp_segment *seg, gp_segment_tally *tally, char *why,
         CHECK(b->size > 0 && b->size % GP_GRANULE == 0, "block %p size %zu is not whole granules", (void *)b->addr,
               b->size);
         CHECK(b->next == NULL || b->next->prev == b, "block %p: next->prev is not itself", (void *)b->addr);
+        CHECK(b->state == GP_BLOCK_LIVE || b->state == GP_BLOCK_PENDING || (b->uses == NULL && b->events == NULL),
+              "block %p is neither live nor pending but still owns use arrays", (void *)b->addr);
         CHECK(!(b->state == GP_BLOCK_FREE && b->next != NULL && b->next->state == GP_BLOCK_FREE),
               "free blocks %p and %p were not coalesced", (void *)b->addr, (void *)b->next->addr);
         covered += b->size;

@@ -18,10 +18,10 @@ static inline unsigned slot_of(gp_stream handle, const struct gp_tenant *tenant,
 int gp_stream_table_init(gp_stream_table *table, unsigned max_streams)
 {
     unsigned capacity = 16;
-    while (capacity < 2 * max_streams)
+    while (capacity < 4 * max_streams)
         capacity *= 2;
     table->slots = calloc(capacity, sizeof *table->slots);
-    table->by_index = calloc(max_streams, sizeof *table->by_index);
+    table->by_index = calloc(2 * (size_t)max_streams, sizeof *table->by_index);
     if (table->slots == NULL || table->by_index == NULL) {
         free(table->slots);
         free(table->by_index);
@@ -31,6 +31,7 @@ int gp_stream_table_init(gp_stream_table *table, unsigned max_streams)
         atomic_init(&table->slots[i], NULL);
     table->capacity = capacity;
     table->max_streams = max_streams;
+    table->claimed = 0;
     atomic_init(&table->count, 0);
     return GP_OK;
 }
@@ -68,13 +69,34 @@ bool gp_stream_seen(const gp_stream_table *table, gp_stream handle)
     return false;
 }
 
+static int too_many(const gp_stream_table *table, gp_stream handle)
+{
+    return gp_error_set(GP_ERR_INVALID,
+                        "stream %p is one stream too many: this pool tracks at most %u stream and tenant pairs "
+                        "(config key max_streams)",
+                        handle, table->max_streams);
+}
+
+int gp_stream_claim(gp_stream_table *table, gp_stream_state *st)
+{
+    if (st->claimed)
+        return GP_OK;
+    if (table->claimed >= table->max_streams)
+        return too_many(table, st->handle);
+    st->claimed = true;
+    table->claimed++;
+    return GP_OK;
+}
+
 int gp_stream_add(gp_stream_table *table, gp_stream handle, struct gp_tenant *tenant, gp_stream_state **out)
 {
     unsigned count = atomic_load(&table->count);
-    if (count >= table->max_streams)
+    if (table->claimed >= table->max_streams)
+        return too_many(table, handle);
+    if (count >= 2 * table->max_streams)
         return gp_error_set(GP_ERR_INVALID,
-                            "stream %p is one stream too many: this pool tracks at most %u stream and tenant pairs "
-                            "(config key max_streams)",
+                            "stream %p: this pool tracks at most %u stream and tenant pairs (config key max_streams) "
+                            "and as many that only failed calls used; all are taken",
                             handle, table->max_streams);
     gp_stream_state *st = calloc(1, sizeof *st);
     if (st == NULL)

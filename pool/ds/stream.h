@@ -6,8 +6,15 @@
  * each waiting for events). All of it is guarded by the stream's own lock, so threads working on
  * different streams never contend on the fast path.
  *
- * The table is open-addressed and fixed in size (2 * max_streams slots); slots are written once, under
- * the pool lock, and read with acquire loads by anyone. Streams are never removed before destroy.
+ * The table is open-addressed and fixed in size; slots are written once, under the pool lock, and read
+ * with acquire loads by anyone. Streams are never removed before destroy.
+ *
+ * max_streams counts the pairs that have served a call: a state is `claimed` (under the pool lock) by
+ * the first allocation that succeeds on it, or that leaves memory in it, and by a recorded use. A call
+ * that fails (an allocation refused as paused, over quota or out of memory) leaves its new state
+ * unclaimed, and unclaimed states do not count: failed calls cannot use up the pool's streams. The
+ * table holds up to max_streams unclaimed states besides, so that it stays bounded:
+ *     claimed <= max_streams,  count <= 2 * max_streams.
  */
 #ifndef GP_STREAM_H
 #define GP_STREAM_H
@@ -28,6 +35,7 @@ typedef struct gp_stream_state {
     gp_stream handle;
     struct gp_tenant *tenant;
     unsigned index; /* order of first sight; locks of several streams are taken in this order */
+    bool claimed;   /* counted against max_streams (pool lock; see above) */
     pthread_mutex_t lock;
 
     gp_heap small, large;
@@ -59,10 +67,11 @@ typedef struct gp_stream_state {
 
 typedef struct gp_stream_table {
     _Atomic(gp_stream_state *) *slots;
-    unsigned capacity;        /* 2 * max_streams, a power of two */
+    unsigned capacity;        /* at least 2 * (2 * max_streams), a power of two */
     unsigned max_streams;
-    gp_stream_state **by_index; /* streams in order of first sight */
+    gp_stream_state **by_index; /* streams in order of first sight (2 * max_streams of room) */
     atomic_uint count;
+    unsigned claimed;         /* states counted against max_streams (pool lock) */
 } gp_stream_table;
 
 int gp_stream_table_init(gp_stream_table *table, unsigned max_streams);
@@ -74,6 +83,9 @@ gp_stream_state *gp_stream_find(const gp_stream_table *table, gp_stream handle, 
 /* Adds (handle, tenant) (caller holds the pool lock and checked it is absent). GP_ERR_INVALID when the
  * table is full, with a message naming max_streams. */
 int gp_stream_add(gp_stream_table *table, gp_stream handle, struct gp_tenant *tenant, gp_stream_state **out);
+
+/* Counts st against max_streams if it is not yet (pool lock held); GP_ERR_INVALID when that is full. */
+int gp_stream_claim(gp_stream_table *table, gp_stream_state *st);
 
 /* True when some state has this handle (any tenant). */
 bool gp_stream_seen(const gp_stream_table *table, gp_stream handle);

@@ -26,6 +26,14 @@
 #define GP_ERR_MIN_GUARANTEE (-100)
 #define GP_TENANT_STACK_MAX 32 /* nesting depth of gp_tenant_push per thread */
 
+/* One block whose contents a pause staged: where they sit in the tenant's staging buffer. Keyed by the
+ * block's address, because blocks may be freed while the tenant is paused (pause.c). */
+typedef struct gp_staged_block {
+    uintptr_t addr;
+    size_t size;
+    size_t offset;
+} gp_staged_block;
+
 typedef struct gp_tenant {
     char name[GP_TENANT_NAME_MAX];
     unsigned index;
@@ -36,6 +44,8 @@ typedef struct gp_tenant {
     bool paused;       /* pool lock */
     void *staging;     /* paused with contents: host copy of the live blocks (pause.c) */
     size_t staging_size;
+    gp_staged_block *staged; /* sorted by addr: the blocks in staging */
+    size_t staged_count;
 } gp_tenant;
 
 typedef struct gp_binding {

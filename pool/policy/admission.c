@@ -36,7 +36,10 @@ gp_admission gp_admission_judge(const gp_tenant_registry *reg, const gp_tenant *
             a.owed_to = v;
         }
     }
-    if (a.owed > 0 && held_all + bytes + a.owed > device_total)
+    /* owed <= the sum of mins <= device_total (gp_tenant_create and set_limits refuse more); held_all and
+     * bytes are device memory: compared by subtraction, so nothing can wrap */
+    if (a.owed > 0 && (bytes > device_total || a.owed > device_total - bytes ||
+                       held_all > device_total - bytes - a.owed))
         a.verdict = GP_REFUSE_GUARANTEE;
     return a;
 }

@@ -175,6 +175,14 @@ static inline void gp_history_note(gp_pool_state *p, unsigned action, uintptr_t 
 /* Flushes every stream, so that the shared total is exact. Pool lock held, no stream lock. */
 void gp_flush_all(gp_pool_state *p);
 
+/* The pool's cached bytes from the shared totals: reserved + paused - allocated (a paused tenant's
+ * blocks count as allocated but hold no device memory; see the invariant above). Pool lock held. */
+static inline size_t gp_cached_estimate(gp_pool_state *p)
+{
+    size_t have = atomic_load(&p->reserved) + p->paused_bytes, allocated = gp_allocated_estimate(p);
+    return have > allocated ? have - allocated : 0;
+}
+
 /* The heap of `st` that holds blocks of segment kind `small`. */
 static inline gp_heap *gp_heap_of(gp_stream_state *st, bool small)
 {

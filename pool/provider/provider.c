@@ -94,10 +94,9 @@ int gp_provider_out_of_memory(gp_pool_state *p, size_t size, gp_stream stream)
     size_t free_bytes = 0, total_bytes = 0;
     bool known = p->ops->mem_info(p->ctx, &free_bytes, &total_bytes) == GP_OK;
     gp_flush_all(p);
-    size_t reserved = atomic_load(&p->reserved), allocated = gp_allocated_estimate(p);
     atomic_fetch_add(&p->num_ooms, 1);
     gp_format_size(size, req);
-    gp_format_size(reserved - allocated, cached);
+    gp_format_size(gp_cached_estimate(p), cached);
     gp_format_size(p->device_total, total);
     if (known)
         gp_format_size(free_bytes, dev_free);

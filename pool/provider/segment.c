@@ -145,7 +145,7 @@ static size_t release_free_segments(gp_pool_state *p, size_t want, size_t keep, 
         *failed = GP_OK;
     gp_segment *seg = p->segments_head;
     while (seg != NULL && released < want) {
-        size_t cached = atomic_load(&p->reserved) - gp_allocated_estimate(p);
+        size_t cached = gp_cached_estimate(p);
         if (cached <= keep)
             break;
         gp_segment *next = seg->next;

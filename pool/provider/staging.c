@@ -11,6 +11,7 @@
  * staging buffer is one host_alloc of its own, and gp_staging_kind says so.
  */
 #define _GNU_SOURCE
+#include <assert.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -158,21 +159,87 @@ const char *gp_staging_kind(gp_pool_state *p)
     return je.ok ? "jemalloc" : "host_alloc";
 }
 
-/* Copies every LIVE block of t's ranges to (to_host) or from staging, in range and address order. */
-int gp_staging_copy_live(gp_pool_state *p, gp_tenant *t, unsigned char *staging, bool to_host)
+/* ---- staging keyed by block (api/pause.c) -------------------------------------------------------- */
+
+static bool tenant_range(const gp_segment *seg, const gp_tenant *t)
 {
-    size_t at = 0;
+    return seg->owner->tenant == t && seg->pages != NULL;
+}
+
+static int staged_cmp(const void *a, const void *b)
+{
+    uintptr_t x = ((const gp_staged_block *)a)->addr, y = ((const gp_staged_block *)b)->addr;
+    return x < y ? -1 : x > y;
+}
+
+void gp_staging_drop(gp_pool_state *p, gp_tenant *t)
+{
+    gp_staging_free(p, t->staging, t->staging_size);
+    free(t->staged);
+    t->staging = NULL;
+    t->staging_size = 0;
+    t->staged = NULL;
+    t->staged_count = 0;
+}
+
+int gp_staging_stage(gp_pool_state *p, gp_tenant *t)
+{
+    size_t bytes = 0, count = 0;
+    for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next)
+        if (tenant_range(seg, t))
+            for (gp_block *b = seg->first; b != NULL; b = b->next)
+                if (b->state == GP_BLOCK_LIVE) {
+                    bytes += b->size;
+                    count++;
+                }
+    if (count == 0)
+        return GP_OK;
+    gp_staged_block *table = malloc(count * sizeof *table);
+    if (table == NULL)
+        return gp_error_set(GP_ERR_OOM, "out of host memory for the table of %zu staged blocks", count);
+    void *staging = NULL;
+    int rc = gp_staging_alloc(p, bytes, &staging);
+    size_t at = 0, n = 0;
+    for (gp_segment *seg = p->segments_head; seg != NULL && rc == GP_OK; seg = seg->next) {
+        if (!tenant_range(seg, t))
+            continue;
+        for (gp_block *b = seg->first; b != NULL && rc == GP_OK; b = b->next) {
+            if (b->state != GP_BLOCK_LIVE)
+                continue;
+            rc = p->ops->copy_to_host(p->ctx, (unsigned char *)staging + at, b->addr, b->size);
+            table[n++] = (gp_staged_block){b->addr, b->size, at};
+            at += b->size;
+        }
+    }
+    if (rc != GP_OK) {
+        gp_staging_free(p, staging, bytes);
+        free(table);
+        return rc;
+    }
+    qsort(table, count, sizeof *table, staged_cmp);
+    t->staging = staging;
+    t->staging_size = bytes;
+    t->staged = table;
+    t->staged_count = count;
+    return GP_OK;
+}
+
+int gp_staging_restore(gp_pool_state *p, gp_tenant *t)
+{
     for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
-        if (seg->owner->tenant != t || seg->pages == NULL)
+        if (!tenant_range(seg, t))
             continue;
         for (gp_block *b = seg->first; b != NULL; b = b->next) {
             if (b->state != GP_BLOCK_LIVE)
                 continue;
-            int rc = to_host ? p->ops->copy_to_host(p->ctx, staging + at, b->addr, b->size)
-                             : p->ops->copy_to_device(p->ctx, b->addr, staging + at, b->size);
+            gp_staged_block key = {.addr = b->addr};
+            const gp_staged_block *e = bsearch(&key, t->staged, t->staged_count, sizeof key, staged_cmp);
+            assert(e != NULL && e->size == b->size); /* nothing is allocated while paused */
+            if (e == NULL)
+                continue;
+            int rc = p->ops->copy_to_device(p->ctx, b->addr, (unsigned char *)t->staging + e->offset, b->size);
             if (rc != GP_OK)
                 return rc;
-            at += b->size;
         }
     }
     return GP_OK;

@@ -13,7 +13,7 @@
 #include "provider/pending.h"
 #include "provider/vmm.h"
 
-size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *keep, uint64_t idle_before,
+size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *spot, uint64_t idle_before,
                                bool release, int *rc, const gp_tenant *only, const gp_tenant *taker)
 {
     size_t got = 0;
@@ -27,7 +27,7 @@ size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *ke
         while (progress && got < want) {
             progress = false;
             for (gp_block *b = seg->first; b != NULL; b = b->next) {
-                if (b->state != GP_BLOCK_FREE || b == keep || b->free_since > idle_before)
+                if (b->state != GP_BLOCK_FREE || (spot != NULL && b->next == spot) || b->free_since > idle_before)
                     continue;
                 uintptr_t first = seg->addr + gp_div_up(b->addr - seg->addr, p->page) * p->page;
                 uintptr_t end = seg->addr + (b->addr + b->size - seg->addr) / p->page * p->page;
@@ -65,7 +65,7 @@ size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *ke
  * moving (a serving loop of varying shapes, several streams whose peaks take turns); defrag:off
  * instead grows once and then maps nothing.
  */
-void gp_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t pages, const gp_block *keep)
+void gp_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t pages, const gp_block *spot)
 {
     size_t cap = gp_cache_cap(&p->cfg, gp_allocated_estimate(p), atomic_load(&p->allocated_peak), rsize);
     size_t after = atomic_load(&p->reserved) + (pages - p->pooled_count) * p->page;
@@ -75,7 +75,7 @@ void gp_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t pages
         size_t want = gp_div_up(after - cap, p->page);
         if (want > pages - p->pooled_count)
             want = pages - p->pooled_count;
-        if (gp_vmm_unmap_free_pages(p, want, keep, UINT64_MAX, false, &urc, NULL, st->tenant) > 0)
+        if (gp_vmm_unmap_free_pages(p, want, spot, UINT64_MAX, false, &urc, NULL, st->tenant) > 0)
             atomic_fetch_add(&p->num_stitches, 1);
     }
 }

@@ -87,49 +87,76 @@ static gp_block *growth_spot(gp_pool_state *p, gp_stream_state *st, size_t rsize
     return spot;
 }
 
-/* Makes a FREE block of at least `rsize` in st's heap of kind `small` by mapping pooled, stitched or
- * new physical pages into st's ranges. */
+/*
+ * Undoes a growth that failed part-way: the n pages mapped at `from` go back to the page pool (mapped
+ * nowhere, reusable by anyone), so that the failed request changes nothing but the pool's page cache.
+ * Skipped when a fast path has taken part of them meanwhile (they are in use, and stay), or when an
+ * unmap fails (they stay FREE in st's heap: nothing is lost). Pool lock held, st not locked.
+ */
+static void undo_growth(gp_pool_state *p, gp_stream_state *st, gp_segment *seg, uintptr_t from, size_t n)
+{
+    if (n == 0)
+        return;
+    pthread_mutex_lock(&st->lock);
+    gp_block *b = seg->first;
+    while (b != NULL && b->addr + b->size <= from)
+        b = b->next;
+    if (b != NULL && b->state == GP_BLOCK_FREE && b->addr <= from && from + n * p->page <= b->addr + b->size) {
+        int rc = GP_OK;
+        gp_pages_unmap(p, st, seg, b, from, n, false, &rc);
+    }
+    pthread_mutex_unlock(&st->lock);
+}
+
+/*
+ * Makes a FREE block of at least `rsize` in st's heap of kind `small` by mapping pooled, stitched or
+ * new physical pages into st's ranges, one step per paragraph:
+ *
+ * 1. Admission decides first. It may trim the tenant's own cache, which unmaps free pages of the
+ *    tenant's ranges and merges UNMAPPED blocks (recycling their structs), so no block found before it
+ *    may be used after it: the spot is found again once admission is done. Admission is told what the
+ *    best spot needs now; its trimming can only make that more (the FREE block before the spot may
+ *    shrink), so it is asked again until the spot needs no more than it admitted. The need never
+ *    exceeds div_up(rsize, page) and the admitted count grows every round, so this ends.
+ * 2. No spot: a new range (after admission, so that a refused request reserves nothing).
+ * 3. Stitching (defrag) moves free pages elsewhere into the page pool; it leaves alone the FREE block
+ *    right before the spot, so the spot and what it needs stay as they are (only pool-lock holders
+ *    change UNMAPPED blocks).
+ * 4. The pages are mapped. At device OOM, every free page anywhere may serve, and the rest is mapped
+ *    at the spot found then (again protected), within what admission allowed.
+ * 5. A growth that still falls short gives the pages it mapped back to the page pool (undo_growth):
+ *    a failed request leaves no memory behind in st's heap.
+ */
 static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
 {
-    pthread_mutex_lock(&st->lock);
-    size_t pages = 0;
-    gp_block *spot = growth_spot(p, st, rsize, small, &pages);
-    const gp_block *keep = spot != NULL && spot->prev != NULL && spot->prev->state == GP_BLOCK_FREE ? spot->prev : NULL;
-    pthread_mutex_unlock(&st->lock);
+    size_t pages = 0, admitted = 0;
+    gp_block *spot = NULL;
     int rc = GP_OK;
-    if (spot == NULL) {
-        gp_segment *seg = NULL;
-        rc = new_range(p, st, rsize, small, &seg);
+    for (;;) {
+        pthread_mutex_lock(&st->lock);
+        spot = growth_spot(p, st, rsize, small, &pages);
+        pthread_mutex_unlock(&st->lock);
+        if (spot == NULL)
+            pages = gp_div_up(rsize, p->page);
+        if (pages <= admitted)
+            break;
+        rc = gp_provider_admit(p, st->tenant, pages * p->page, rsize);
         if (rc != GP_OK)
             return rc;
-        spot = seg->first;
-        pages = gp_div_up(rsize, p->page);
-        keep = NULL;
+        admitted = pages;
     }
-    rc = gp_provider_admit(p, st->tenant, pages * p->page, rsize);
-    if (rc == GP_OK) /* GPU-wide: the tenant bytes of every page about to be mapped, before any is */
-        rc = gp_pool_ledger_charge(p, st->tenant, 0, pages * p->page, true);
+    /* GPU-wide: the tenant bytes of every page about to be mapped, before any is */
+    rc = gp_pool_ledger_charge(p, st->tenant, 0, pages * p->page, true);
     if (rc != GP_OK)
         return rc;
     size_t charged = pages * p->page;
     if (p->ledger != NULL) {
         /* The charge may have given this pool's free pages back (to make room): find the spot again. */
         pthread_mutex_lock(&st->lock);
-        size_t again = 0;
-        spot = growth_spot(p, st, rsize, small, &again);
-        keep = spot != NULL && spot->prev != NULL && spot->prev->state == GP_BLOCK_FREE ? spot->prev : NULL;
+        spot = growth_spot(p, st, rsize, small, &pages);
         pthread_mutex_unlock(&st->lock);
-        if (spot == NULL) {
-            gp_segment *seg = NULL;
-            rc = new_range(p, st, rsize, small, &seg);
-            if (rc != GP_OK) {
-                gp_pool_ledger_credit(p, st->tenant, 0, charged);
-                return rc;
-            }
-            spot = seg->first;
-            again = gp_div_up(rsize, p->page);
-        }
-        pages = again;
+        if (spot == NULL)
+            pages = gp_div_up(rsize, p->page);
         if (pages * p->page > charged) {
             rc = gp_pool_ledger_charge(p, st->tenant, 0, pages * p->page - charged, false);
             if (rc != GP_OK) {
@@ -139,34 +166,53 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
             charged = pages * p->page;
         }
     }
+    if (spot == NULL) {
+        gp_segment *seg = NULL;
+        rc = new_range(p, st, rsize, small, &seg);
+        if (rc != GP_OK) {
+            gp_pool_ledger_credit(p, st->tenant, 0, charged);
+            return rc;
+        }
+        spot = seg->first;
+    }
     if (p->cfg.defrag && pages > p->pooled_count)
-        gp_stitch(p, st, rsize, pages, keep);
+        gp_stitch(p, st, rsize, pages, spot);
     pthread_mutex_lock(&st->lock);
     assert(spot->state == GP_BLOCK_UNMAPPED); /* only pool-lock holders change UNMAPPED blocks */
-    size_t done = gp_pages_map_front(p, st, spot->segment, spot, pages, &rc);
+    gp_segment *grown = spot->segment;
+    uintptr_t from = spot->addr;
+    size_t done = gp_pages_map_front(p, st, grown, spot, pages, &rc);
     pthread_mutex_unlock(&st->lock);
     gp_pool_ledger_credit(p, st->tenant, 0, charged - done * p->page); /* what was not mapped */
     if (done == pages)
         return GP_OK;
     if (rc == GP_ERR_OOM || (rc == GP_ERR_MIN_GUARANTEE && p->ledger != NULL)) {
         /* The device is full: every free page anywhere may serve (other processes' cache too, when a
-         * ledger is shared), then try the rest again. */
+         * ledger is shared), then try the rest again at the spot found then (protected), within what
+         * admission allowed. */
         int urc = GP_OK;
+        size_t more = 0;
         gp_pool_ledger_make_room(p, st->tenant, (pages - done) * p->page);
         gp_collect_all_pending(p);
-        gp_vmm_unmap_free_pages(p, pages - done, NULL, UINT64_MAX, false, &urc, NULL, st->tenant);
         pthread_mutex_lock(&st->lock);
-        spot = growth_spot(p, st, rsize, small, &pages);
+        spot = growth_spot(p, st, rsize, small, &more);
         pthread_mutex_unlock(&st->lock);
-        if (spot != NULL && (rc = gp_pool_ledger_charge(p, st->tenant, 0, pages * p->page, false)) == GP_OK) {
+        if (spot != NULL && done + more <= admitted &&
+            (rc = gp_pool_ledger_charge(p, st->tenant, 0, more * p->page, false)) == GP_OK) {
+            gp_vmm_unmap_free_pages(p, more, spot, UINT64_MAX, false, &urc, NULL, st->tenant);
             pthread_mutex_lock(&st->lock);
-            done = gp_pages_map_front(p, st, spot->segment, spot, pages, &rc);
+            assert(spot->state == GP_BLOCK_UNMAPPED);
+            gp_segment *seg2 = spot->segment;
+            uintptr_t from2 = spot->addr;
+            size_t again = gp_pages_map_front(p, st, seg2, spot, more, &rc);
             pthread_mutex_unlock(&st->lock);
-            gp_pool_ledger_credit(p, st->tenant, 0, (pages - done) * p->page);
-            if (done == pages)
+            gp_pool_ledger_credit(p, st->tenant, 0, (more - again) * p->page);
+            if (again == more)
                 return GP_OK;
+            undo_growth(p, st, seg2, from2, again);
         }
     }
+    undo_growth(p, st, grown, from, done);
     return rc != GP_OK ? rc : gp_error_set(GP_ERR_OOM, "could not map %zu pages", pages);
 }
 
@@ -318,7 +364,7 @@ static size_t release(gp_pool_state *p, size_t keep, uint64_t idle_before, int *
     /* Pooled pages first: they are unmapped already. */
     size_t i = 0;
     while (i < p->pooled_count) {
-        size_t cached = atomic_load(&p->reserved) - gp_allocated_estimate(p);
+        size_t cached = gp_cached_estimate(p);
         if (cached <= keep)
             break;
         if (p->pooled_since[i] > idle_before) {
@@ -336,7 +382,7 @@ static size_t release(gp_pool_state *p, size_t keep, uint64_t idle_before, int *
             break;
         }
     }
-    size_t cached = atomic_load(&p->reserved) - gp_allocated_estimate(p);
+    size_t cached = gp_cached_estimate(p);
     if (cached > keep) {
         int rc = GP_OK;
         gp_vmm_unmap_free_pages(p, gp_div_up(cached - keep, p->page), NULL, idle_before, true, &rc, NULL, NULL);
@@ -473,52 +519,64 @@ static bool page_in_use(const gp_segment *seg, uintptr_t va)
     return false;
 }
 
-/* Maps fresh pages at every in-use page of seg that has none; the range is unpaused once all have. */
+/* Maps `handle` at page i of seg and accounts it as memory of the range again. */
+static int map_page(gp_pool_state *p, gp_segment *seg, size_t i, gp_phys handle)
+{
+    int rc = p->ops->map(p->ctx, seg->addr + i * p->page, p->page, handle);
+    if (rc != GP_OK)
+        return rc;
+    seg->pages[i] = handle;
+    atomic_fetch_add(&p->num_maps, 1);
+    gp_history_note(p, GP_HIST_SEGMENT_MAP, seg->addr + i * p->page, p->page, seg->owner->handle,
+                    seg->owner->tenant->index);
+    seg->mapped_bytes += p->page;
+    p->paused_bytes -= p->page;
+    gp_tenant_charge(seg->owner->tenant, (int64_t)p->page);
+    return GP_OK;
+}
+
+size_t gp_vmm_paused_pages(gp_pool_state *p, const gp_segment *seg)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < seg->size / p->page; i++)
+        n += seg->pages[i] == GP_PHYS_NONE && page_in_use(seg, seg->addr + i * p->page);
+    return n;
+}
+
 int gp_vmm_resume_range(gp_pool_state *p, gp_segment *seg)
 {
     size_t pages = seg->size / p->page;
     for (size_t i = 0; i < pages; i++) {
-        uintptr_t va = seg->addr + i * p->page;
-        if (seg->pages[i] != GP_PHYS_NONE || !page_in_use(seg, va))
+        if (seg->pages[i] != GP_PHYS_NONE || !page_in_use(seg, seg->addr + i * p->page))
             continue;
         gp_phys handle;
         int rc = gp_pool_ledger_charge(p, seg->owner->tenant, 0, p->page, false); /* GPU-wide max */
         if (rc != GP_OK)
             return rc;
         rc = gp_page_get(p, seg->owner->tenant, &handle);
-        if (rc == GP_OK) {
-            rc = p->ops->map(p->ctx, va, p->page, handle);
-            if (rc != GP_OK)
-                gp_page_release(p, handle);
-        }
+        if (rc == GP_OK && (rc = map_page(p, seg, i, handle)) != GP_OK)
+            gp_page_release(p, handle); /* one the device refuses stays pooled */
         if (rc != GP_OK) {
             gp_pool_ledger_credit(p, seg->owner->tenant, 0, p->page);
             return rc;
         }
-        seg->pages[i] = handle;
-        atomic_fetch_add(&p->num_maps, 1);
-        gp_history_note(p, GP_HIST_SEGMENT_MAP, va, p->page, seg->owner->handle, seg->owner->tenant->index);
-        seg->mapped_bytes += p->page;
-        p->paused_bytes -= p->page;
-        gp_tenant_charge(seg->owner->tenant, (int64_t)p->page);
     }
     seg->paused = false;
     return GP_OK;
 }
 
-/* Unmaps and releases every in-use page of seg (marking each GP_PHYS_NONE), stopping at a failure; each
- * run of consecutive mapped pages is unmapped after one device synchronize. */
-int gp_vmm_pause_range(gp_pool_state *p, gp_segment *seg)
+int gp_vmm_pause_range(gp_pool_state *p, gp_segment *seg, gp_held_page *held, size_t *nheld)
 {
     size_t pages = seg->size / p->page;
     seg->paused = true;
     for (size_t i = 0; i < pages;) {
         uintptr_t va = seg->addr + i * p->page;
         /* a page of no block in use, or of a paused range that failed to resume part-way: skip */
-        if (!page_in_use(seg, va) || seg->pages[i] == GP_PHYS_NONE) {
+        if (seg->pages[i] == GP_PHYS_NONE || !page_in_use(seg, va)) {
             i++;
             continue;
         }
+        /* a run of consecutive mapped pages, unmapped after one device synchronize */
         size_t n = 1;
         while (i + n < pages && seg->pages[i + n] != GP_PHYS_NONE && page_in_use(seg, va + n * p->page))
             n++;
@@ -531,12 +589,19 @@ int gp_vmm_pause_range(gp_pool_state *p, gp_segment *seg)
             seg->mapped_bytes -= p->page;
             p->paused_bytes += p->page;
             gp_tenant_charge(seg->owner->tenant, -(int64_t)p->page);
-            gp_pool_ledger_credit(p, seg->owner->tenant, 0, p->page);
-            gp_page_release(p, seg->pages[i]);
+            held[(*nheld)++] = (gp_held_page){seg, i, seg->pages[i]}; /* the ledger is credited at commit */
             seg->pages[i] = GP_PHYS_NONE;
         }
         if (rc != GP_OK)
             return rc;
     }
     return GP_OK;
+}
+
+int gp_vmm_map_back(gp_pool_state *p, const gp_held_page *h)
+{
+    int rc = map_page(p, h->seg, h->index, h->handle);
+    if (rc == GP_OK && gp_vmm_paused_pages(p, h->seg) == 0)
+        h->seg->paused = false;
+    return rc;
 }

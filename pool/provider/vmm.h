@@ -13,22 +13,39 @@
 
 /*
  * Unmaps up to `want` whole pages of FREE blocks anywhere in the pool (oldest ranges first), except
- * inside `keep` (NULL or a FREE block to leave alone) and in blocks free since after `idle_before`;
+ * inside the FREE block right before `spot` (NULL, or an UNMAPPED growth spot whose struct and need
+ * must stay as they are: merging then never recycles it) and in blocks free since after `idle_before`;
  * only in tenant `only` (NULL = any); for a `taker` (NULL = none), other tenants' pages only down to
  * their min. The handles go to the page pool or, with `release`, back to the device. Returns the pages
  * done; *rc gets the first failure.
  */
-size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *keep, uint64_t idle_before,
+size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *spot, uint64_t idle_before,
                                bool release, int *rc, const gp_tenant *only, const gp_tenant *taker);
 
-/* Before st maps `pages` pages for a request of `rsize`: moves free pages from elsewhere (leaving
- * `keep`, the FREE block the growth extends, alone) when new ones would pass the cache cap (stitch.c). */
-void gp_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t pages, const gp_block *keep);
+/* Before st maps `pages` pages at the UNMAPPED `spot` for a request of `rsize`: moves free pages from
+ * elsewhere (leaving the FREE block the growth extends, right before spot, alone) when new ones would
+ * pass the cache cap (stitch.c). */
+void gp_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t pages, const gp_block *spot);
 
-/* Pausing: unmaps and releases every in-use page of seg (marking each GP_PHYS_NONE, the range
- * `paused`), stopping at a failure; resuming maps fresh pages at every in-use page that has none and
- * unpauses the range once all have. */
-int gp_vmm_pause_range(gp_pool_state *p, gp_segment *seg);
+/* A page that a pause unmapped, with its physical handle kept until the pause commits (api/pause.c). */
+typedef struct gp_held_page {
+    gp_segment *seg;
+    size_t index;
+    gp_phys handle;
+} gp_held_page;
+
+/*
+ * Pausing, phase 1: unmaps every in-use page of seg that has memory (marking each GP_PHYS_NONE, the
+ * range `paused`) and appends its handle to held[] (room for seg->mapped_bytes / page more), stopping
+ * at a failure. The handles are given back by the caller once every range is done (gp_page_release),
+ * or mapped back where they were (gp_vmm_map_back, which unpauses the range once it is whole again):
+ * the physical memory never left, so the contents are intact.
+ */
+int gp_vmm_pause_range(gp_pool_state *p, gp_segment *seg, gp_held_page *held, size_t *nheld);
+int gp_vmm_map_back(gp_pool_state *p, const gp_held_page *h);
+/* Resuming: maps fresh pages at every in-use page of seg that has none, and unpauses the range once all
+ * have; gp_vmm_paused_pages counts those pages. */
 int gp_vmm_resume_range(gp_pool_state *p, gp_segment *seg);
+size_t gp_vmm_paused_pages(gp_pool_state *p, const gp_segment *seg);
 
 #endif /* GP_VMM_H */

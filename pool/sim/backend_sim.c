@@ -555,7 +555,7 @@ static int sim_unmap_run(void *ctx, gp_devptr va, size_t page, size_t n, size_t 
 static int sim_copy(gp_sim *sim, gp_devptr dev, void *host, size_t size, bool to_device)
 {
     lock(sim);
-    int rc = sim->closed ? gp_error_set(GP_ERR_DEVICE, "sim: copy after the backend was closed") : GP_OK;
+    int rc = begin_call(sim, GP_SIM_CALL_COPY, to_device ? "copy_to_device" : "copy_to_host");
     if (rc == GP_OK && sim->vmm == NULL && !gpsim_memory_contains(&sim->memory, dev, size))
         rc = bad_call(sim, "copy of unallocated memory: [0x%" PRIxPTR ",+%zu)", dev, size);
     gpsim_piece *pieces = NULL;
@@ -584,7 +584,12 @@ static int sim_copy_to_device(void *ctx, gp_devptr dst, const void *host, size_t
 /* The sim's "pinned" host memory: plain anonymous pages. */
 static int sim_host_alloc(void *ctx, size_t size, void **out)
 {
-    (void)ctx;
+    gp_sim *sim = ctx;
+    lock(sim);
+    int rc = begin_call(sim, GP_SIM_CALL_HOST_ALLOC, "host_alloc");
+    unlock(sim);
+    if (rc != GP_OK)
+        return rc;
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
         return gp_error_set(GP_ERR_OOM, "sim: host_alloc of %zu bytes: %s", size, strerror(errno));

@@ -112,36 +112,68 @@ _UNITS = {
     "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30,
     "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40,
 }
-_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
+_SIZE_RE = re.compile(r"^\s*([0-9]*)(?:\.([0-9]+))?\s*([a-zA-Z]*)\s*$")
+# ctypes converts Python ints to C types by truncating them silently (2**64 becomes 0, which means "no
+# limit"): every value handed to the library is range-checked here first.
+_SIZE_MAX = (1 << (8 * ctypes.sizeof(ctypes.c_size_t))) - 1
+_POINTER_MAX = (1 << (8 * ctypes.sizeof(ctypes.c_void_p))) - 1
+_INT_MAX = (1 << (8 * ctypes.sizeof(ctypes.c_int) - 1)) - 1
+
+
+def _whole_bytes(value: int, text: Any) -> int:
+    if value < 0:
+        raise ValueError(f"size {text!r} is negative")
+    if value > _SIZE_MAX:
+        raise ValueError(f"size {text!r} is more than a size_t holds ({_SIZE_MAX} bytes)")
+    return value
 
 
 def parse_size(value: int | float | str | None) -> int:
     """Bytes from an int or a string such as "20GiB", "1.5G", "512MiB" (binary units, as GPUPOOL_CONF);
-    None gives 0 (no limit)."""
+    None gives 0 (no limit). As in the C parser, a size is a whole number of bytes ("0.3B" and 1.5 are
+    refused) that fits a size_t; a bad one raises ValueError, a value of the wrong type TypeError."""
     if value is None:
         return 0
     if isinstance(value, bool):
         raise TypeError("a size cannot be a bool")
     if isinstance(value, int):
-        if value < 0:
-            raise ValueError(f"size {value} is negative")
-        return value
+        return _whole_bytes(value, value)
     if isinstance(value, float):
-        if value < 0 or value != value:
-            raise ValueError(f"size {value} is not a non-negative number")
-        return int(value)
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"size {value} is not a number of bytes")
+        if not value.is_integer():
+            raise ValueError(f"size {value} is not a whole number of bytes")
+        return _whole_bytes(int(value), value)
     if isinstance(value, str):
         m = _SIZE_RE.match(value)
-        if not m or m.group(2).lower() not in _UNITS:
+        if not m or (not m.group(1) and not m.group(2)) or m.group(3).lower() not in _UNITS:
             raise ValueError(f"bad size {value!r}: expected e.g. 512MiB, 20GiB, 1.5G or a byte count")
-        return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+        whole, frac, unit = m.group(1) or "0", m.group(2) or "", _UNITS[m.group(3).lower()]
+        # exact arithmetic: digits / 10**len(frac) * unit must be a whole number of bytes
+        scaled = int(whole + frac) * unit
+        denominator = 10 ** len(frac)
+        if scaled % denominator:
+            raise ValueError(f"size {value!r} is not a whole number of bytes")
+        return _whole_bytes(scaled // denominator, value)
     raise TypeError(f"a size must be an int or a string like '20GiB', not {type(value).__name__}")
+
+
+def _name(name: Any) -> bytes:
+    """A tenant name as UTF-8 bytes for the C library, which checks its length (1 to 63 bytes). A NUL
+    is refused here: ctypes would cut the name at it, so "a\\0b" would be tenant "a"."""
+    if not isinstance(name, str):
+        raise TypeError(f"a tenant name is a str, not {type(name).__name__}")
+    if "\0" in name:
+        raise ValueError(f"tenant name {name!r} contains a NUL character")
+    return name.encode()
 
 
 # ---- devices and pools ----------------------------------------------------------------------------
 
 
 def _device(device: Any = None) -> int:
+    """A device index from None (the current device), an int, "cuda", "cuda:N", "N" or a torch.device;
+    ValueError for a string or index that names no device (negative, or past what a C int holds)."""
     if device is None:
         torch = sys.modules.get("torch")
         if torch is not None:
@@ -151,20 +183,25 @@ def _device(device: Any = None) -> int:
             except Exception:  # a CPU-only build, or CUDA in a bad state: fall back to 0
                 pass
         return 0
-    if isinstance(device, int):
-        return device
-    index = getattr(device, "index", None)  # torch.device
-    if index is not None:
-        return int(index)
-    if getattr(device, "type", None) == "cuda":
-        return _device(None)
-    if isinstance(device, str):
+    if isinstance(device, bool):
+        raise TypeError("a device cannot be a bool")
+    if isinstance(device, str):  # before getattr: str has an .index method
         m = re.fullmatch(r"(?:cuda:)?(\d+)", device.strip())
         if m:
-            return int(m.group(1))
+            return _device(int(m.group(1)))
         if device.strip() == "cuda":
             return _device(None)
-    raise ValueError(f"not a CUDA device: {device!r}")
+        raise ValueError(f"not a CUDA device: {device!r} (expected e.g. 0, 'cuda' or 'cuda:0')")
+    if isinstance(device, int):
+        if not 0 <= device <= _INT_MAX:
+            raise ValueError(f"device {device} is not a device index (0 to {_INT_MAX})")
+        return device
+    index = getattr(device, "index", None)  # torch.device
+    if isinstance(index, int):
+        return _device(index)
+    if getattr(device, "type", None) == "cuda":
+        return _device(None)
+    raise TypeError(f"not a CUDA device: {device!r} (expected an int, a str like 'cuda:0' or a torch.device)")
 
 
 def _pool(device: Any = None) -> int:
@@ -182,16 +219,21 @@ def library_path() -> str:
 
 def _stream_handle(stream: Any) -> int | None:
     """A gp_stream from None (the default stream), an int, or an object with .cuda_stream (torch) or
-    .ptr (CuPy)."""
+    .ptr (CuPy). ValueError for an int that is not a pointer value (ctypes would wrap 2**64 to NULL)."""
     if stream is None:
         return None
-    if isinstance(stream, int):
-        return stream or None
-    for attr in ("cuda_stream", "ptr", "handle"):
-        value = getattr(stream, attr, None)
-        if isinstance(value, int):
-            return value or None
-    raise TypeError(f"not a stream: {stream!r} (expected an int handle or a torch.cuda.Stream)")
+    value = stream if isinstance(stream, int) and not isinstance(stream, bool) else None
+    if value is None:
+        for attr in ("cuda_stream", "ptr", "handle"):
+            v = getattr(stream, attr, None)
+            if isinstance(v, int) and not isinstance(v, bool):
+                value = v
+                break
+    if value is None:
+        raise TypeError(f"not a stream: {stream!r} (expected an int handle or a torch.cuda.Stream)")
+    if not 0 <= value <= _POINTER_MAX:
+        raise ValueError(f"stream handle {value} is not a pointer value (0 to {_POINTER_MAX})")
+    return value or None
 
 
 # ---- stats ----------------------------------------------------------------------------------------
@@ -226,7 +268,7 @@ def tenant_stats(name: str, device: Any = None) -> dict:
     s = _lib.gp_tenant_stats()
     s.size = ctypes.sizeof(s)
     s.version = _lib.GP_TENANT_STATS_VERSION
-    _check(lib.gp_tenant_get_stats(_pool(device), name.encode(), ctypes.byref(s)))
+    _check(lib.gp_tenant_get_stats(_pool(device), _name(name), ctypes.byref(s)))
     out = {f: getattr(s, f) for f, _ in s._fields_ if f not in ("size", "version")}
     out["name"] = s.name.decode(errors="replace")
     out["paused"] = bool(s.paused)
@@ -297,14 +339,14 @@ def set_limits(name: str, max: Any = None, high: Any = None, min: Any = None, de
         s = _lib.gp_tenant_stats()
         s.size = ctypes.sizeof(s)
         s.version = _lib.GP_TENANT_STATS_VERSION
-        exists = lib.gp_tenant_get_stats(pool, name.encode(), ctypes.byref(s)) == _lib.GP_OK
+        exists = lib.gp_tenant_get_stats(pool, _name(name), ctypes.byref(s)) == _lib.GP_OK
         current = {"max": s.max, "high": s.high, "min": s.min} if exists else {"max": 0, "high": 0, "min": 0}
         values = {k: (current[k] if v is None else parse_size(v)) for k, v in given.items()}
         limits = _lib.gp_tenant_limits(values["max"], values["high"], values["min"])
         if not exists:
-            _check(lib.gp_tenant_create(pool, name.encode(), ctypes.byref(limits)))
+            _check(lib.gp_tenant_create(pool, _name(name), ctypes.byref(limits)))
         elif any(v is not None for v in given.values()):
-            _check(lib.gp_tenant_set_limits(pool, name.encode(), ctypes.byref(limits)))
+            _check(lib.gp_tenant_set_limits(pool, _name(name), ctypes.byref(limits)))
 
 
 @contextlib.contextmanager
@@ -315,11 +357,19 @@ def model(name: str, max: Any = None, high: Any = None, min: Any = None, device:
     lib = _lib.load()
     pool = _pool(device)
     set_limits(name, max=max, high=high, min=min, device=device)
-    _check(lib.gp_tenant_push(pool, name.encode()))
+    _check(lib.gp_tenant_push(pool, _name(name)))
     try:
         yield name
     finally:
-        _check(lib.gp_tenant_pop(pool))
+        _pop(lib, pool)
+
+
+def _pop(lib: Any, pool: int) -> None:
+    """Pops the thread's tenant of `pool`; a pool destroyed meanwhile (release_all() inside the with)
+    took its frames with it, which is not an error."""
+    rc = lib.gp_tenant_pop(pool)
+    if rc != _lib.GP_ERR_DESTROYED:
+        _check(rc)
 
 
 def bind_stream(stream: Any, name: str | None, device: Any = None) -> None:
@@ -329,7 +379,7 @@ def bind_stream(stream: Any, name: str | None, device: Any = None) -> None:
     pool = _pool(device)
     if name is not None:
         set_limits(name, device=device)
-    _check(lib.gp_tenant_bind_stream(pool, None if name is None else name.encode(), _stream_handle(stream)))
+    _check(lib.gp_tenant_bind_stream(pool, None if name is None else _name(name), _stream_handle(stream)))
 
 
 def pause(name: str, keep_contents: bool = True, device: Any = None) -> None:
@@ -337,12 +387,12 @@ def pause(name: str, keep_contents: bool = True, device: Any = None) -> None:
     keep_contents copies its live blocks to pinned host memory first, and back on resume(). No kernel
     may use the tenant's memory while it is paused (gpupool.torch.pause synchronises the device)."""
     flags = _lib.GP_PAUSE_KEEP_CONTENTS if keep_contents else 0
-    _check(_lib.load().gp_tenant_pause(_pool(device), name.encode(), flags))
+    _check(_lib.load().gp_tenant_pause(_pool(device), _name(name), flags))
 
 
 def resume(name: str, device: Any = None) -> None:
     """Maps fresh physical memory at the paused tenant's addresses (and copies its contents back)."""
-    _check(_lib.load().gp_tenant_resume(_pool(device), name.encode()))
+    _check(_lib.load().gp_tenant_resume(_pool(device), _name(name)))
 
 
 # ---- errors and housekeeping ----------------------------------------------------------------------

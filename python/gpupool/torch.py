@@ -256,7 +256,7 @@ def model(
     pool_handle = _gp._pool(dev)
     set_limits(name, max=max, high=high, min=min, device=dev)
     before = failures()
-    _gp._check(lib.gp_tenant_push(pool_handle, name.encode()))
+    _gp._check(lib.gp_tenant_push(pool_handle, _gp._name(name)))
     try:
         if route:
             with _torch.cuda.use_mem_pool(_mempool_for(name, dev), device=dev):
@@ -268,7 +268,7 @@ def model(
             raise _torch.cuda.OutOfMemoryError(f"{e}\ngpupool: {last_error()}") from e
         raise
     finally:
-        _gp._check(lib.gp_tenant_pop(pool_handle))
+        _gp._pop(lib, pool_handle)
 
 
 _probe: dict = {}  # device -> probe_out_of_memory()'s answer

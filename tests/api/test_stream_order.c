@@ -16,6 +16,7 @@
  */
 #include <criterion/criterion.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gpupool.h"
@@ -724,4 +725,32 @@ Test(stream_order, oom_reclaims_completed_pending_blocks_of_other_streams)
     free_on(r, C);
     free_on(q, C);
     close_pool(0);
+}
+
+/* Issue 9 finding 13: pending_scan:0 means what its help says, no pending frees queried before the
+ * fast path (it meant "query every one"). */
+Test(stream_order, pending_scan_zero_queries_nothing_on_the_fast_path)
+{
+    unsetenv("GPUPOOL_CONF");
+    gp_pool *pl;
+    cr_assert_eq(gp_pool_create(&pl, 0, "sim", "device_memory:256MiB,pending_scan:0"), GP_OK, "%s", gp_last_error());
+    gp_sim *sm = gp_sim_of(pl);
+    gp_stream s1 = gp_sim_stream_create(sm), s2 = gp_sim_stream_create(sm);
+    void *keep, *p[4];
+    cr_assert_eq(gp_alloc(pl, &keep, 4096, s1), GP_OK);
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(gp_alloc(pl, &p[i], 8192, s1), GP_OK);
+        cr_assert_eq(gp_record_stream(pl, p[i], s2), GP_OK);
+        cr_assert_eq(gp_free(pl, p[i], s1), GP_OK);
+    }
+    gp_sim_synchronize(sm);
+    uint64_t queries = gp_sim_calls(sm, GP_SIM_CALL_EVENT_QUERY);
+    void *q;
+    cr_assert_eq(gp_alloc(pl, &q, 4096, s1), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_sim_calls(sm, GP_SIM_CALL_EVENT_QUERY), queries, "the fast path queried %llu events",
+                 (unsigned long long)(gp_sim_calls(sm, GP_SIM_CALL_EVENT_QUERY) - queries));
+    cr_assert_eq(gp_free(pl, q, s1), GP_OK);
+    cr_assert_eq(gp_free(pl, keep, s1), GP_OK);
+    cr_assert_eq(gp_check(pl), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_pool_destroy(pl, NULL), GP_OK);
 }

@@ -307,3 +307,263 @@ Test(tenants, pause_fault_rolls_back)
     cr_assert_eq(r.pattern_mismatches, 0, "%s", gp_sim_first_violation(sim));
     cr_assert_eq(gp_free(pool, p, s), GP_OK);
 }
+
+/* ---- issue 9: pause/resume regressions -------------------------------------------------------- */
+
+/* Finding 1: a block freed while its tenant is paused must not shift where the other blocks' contents
+ * come back from (the staging is keyed by block, not by position among the live blocks). */
+Test(tenants, free_while_paused_keeps_other_blocks_contents)
+{
+    open_pool("sim-vmm", "device_memory:1GiB");
+    create("t", 0, 0, 0);
+    gp_stream s = gp_sim_stream_create(sim);
+    cr_assert_eq(gp_tenant_bind_stream(pool, "t", s), GP_OK);
+    void *a, *b, *c;
+    cr_assert_eq(gp_alloc(pool, &a, 64 * 1024, s), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_alloc(pool, &b, 4 * MIB, s), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_alloc(pool, &c, 3 * MIB, s), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_sim_launch(sim, s, a, 64 * 1024, GP_SIM_WRITE, 1, 100), GP_OK);
+    cr_assert_eq(gp_sim_launch(sim, s, b, 4 * MIB, GP_SIM_WRITE, 2, 100), GP_OK);
+    cr_assert_eq(gp_sim_launch(sim, s, c, 3 * MIB, GP_SIM_WRITE, 3, 100), GP_OK);
+    gp_sim_synchronize(sim);
+    cr_assert_eq(gp_tenant_pause(pool, "t", GP_PAUSE_KEEP_CONTENTS), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_free(pool, a, s), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_tenant_resume(pool, "t"), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_sim_launch(sim, s, b, 4 * MIB, GP_SIM_CHECK, 2, 100), GP_OK);
+    cr_assert_eq(gp_sim_launch(sim, s, c, 3 * MIB, GP_SIM_CHECK, 3, 100), GP_OK);
+    gp_sim_synchronize(sim);
+    gp_sim_report r;
+    gp_sim_get_report(sim, &r);
+    cr_assert_eq(r.pattern_mismatches, 0, "B and C came back from the wrong offsets: %s",
+                 gp_sim_first_violation(sim));
+    /* pause again and free the middle one, then the last: every later block still comes back whole */
+    cr_assert_eq(gp_tenant_pause(pool, "t", GP_PAUSE_KEEP_CONTENTS), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_free(pool, b, s), GP_OK);
+    cr_assert_eq(gp_tenant_resume(pool, "t"), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_sim_launch(sim, s, c, 3 * MIB, GP_SIM_CHECK, 3, 100), GP_OK);
+    gp_sim_synchronize(sim);
+    gp_sim_get_report(sim, &r);
+    cr_assert_eq(r.pattern_mismatches, 0, "%s", gp_sim_first_violation(sim));
+    cr_assert_eq(gp_free(pool, c, s), GP_OK);
+}
+
+/* Finding 3: a pause without GP_PAUSE_KEEP_CONTENTS that fails part-way is rolled back with the
+ * tenant's own pages (the same physical memory), so its contents survive the failed pause. */
+Test(tenants, failed_pause_without_staging_keeps_contents)
+{
+    for (uint64_t k = 1; k <= 5; k++) {
+        open_pool("sim-vmm", "device_memory:1GiB");
+        create("m", 0, 0, 0);
+        gp_stream s = gp_sim_stream_create(sim);
+        cr_assert_eq(gp_tenant_bind_stream(pool, "m", s), GP_OK);
+        void *p;
+        cr_assert_eq(gp_alloc(pool, &p, 9 * MIB, s), GP_OK);
+        cr_assert_eq(gp_sim_launch(sim, s, p, 9 * MIB, GP_SIM_WRITE, 7, 100), GP_OK);
+        gp_sim_synchronize(sim);
+        gp_sim_fail_call(sim, k, GP_SIM_CALL_UNMAP, GP_ERR_DEVICE);
+        cr_assert_eq(gp_tenant_pause(pool, "m", 0), GP_ERR_DEVICE, "unmap fault %llu", (unsigned long long)k);
+        cr_assert(strstr(gp_last_error(), "rolled back") != NULL, "%s", gp_last_error());
+        cr_assert(!tenant("m").paused);
+        cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+        cr_assert_eq(gp_sim_launch(sim, s, p, 9 * MIB, GP_SIM_CHECK, 7, 100), GP_OK);
+        gp_sim_synchronize(sim);
+        gp_sim_report r;
+        gp_sim_get_report(sim, &r);
+        cr_assert_eq(r.pattern_mismatches, 0, "unmap fault %llu: the rollback lost the contents: %s",
+                     (unsigned long long)k, gp_sim_first_violation(sim));
+        cr_assert_eq(gp_free(pool, p, s), GP_OK);
+        teardown();
+    }
+}
+
+/* Finding 5: resume gives cached memory back when the device is full, and a trim after a pause gives
+ * back every cached byte (cached = reserved + paused - allocated). */
+Test(tenants, resume_releases_cache_and_trim_after_pause_releases_all)
+{
+    open_pool("sim-vmm", "device_memory:64MiB");
+    create("idle", 0, 0, 0);
+    create("busy", 0, 0, 0);
+    gp_stream s = gp_sim_stream_create(sim), t = gp_sim_stream_create(sim);
+    cr_assert_eq(gp_tenant_bind_stream(pool, "idle", s), GP_OK);
+    cr_assert_eq(gp_tenant_bind_stream(pool, "busy", t), GP_OK);
+    void *a, *keep;
+    cr_assert_eq(gp_alloc(pool, &a, 30 * MIB, s), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_sim_launch(sim, s, a, 30 * MIB, GP_SIM_WRITE, 4, 100), GP_OK);
+    cr_assert_eq(gp_alloc(pool, &keep, 6 * MIB, t), GP_OK, "%s", gp_last_error());
+    gp_sim_synchronize(sim);
+    cr_assert_eq(gp_tenant_pause(pool, "idle", GP_PAUSE_KEEP_CONTENTS), GP_OK, "%s", gp_last_error());
+    /* busy fills the device, then frees: 30 MiB sit in busy's cache */
+    void *b;
+    cr_assert_eq(gp_alloc(pool, &b, 50 * MIB, t), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_free(pool, b, t), GP_OK);
+    cr_assert_eq(gp_tenant_resume(pool, "idle"), GP_OK, "resume must release cache first: %s", gp_last_error());
+    cr_assert_eq(gp_sim_launch(sim, s, a, 30 * MIB, GP_SIM_CHECK, 4, 100), GP_OK);
+    gp_sim_synchronize(sim);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    /* paused with blocks, trim(0) leaves nothing cached */
+    cr_assert_eq(gp_tenant_pause(pool, "idle", 0), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_alloc(pool, &b, 20 * MIB, t), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_free(pool, b, t), GP_OK);
+    cr_assert_eq(gp_trim(pool, 0, NULL), GP_OK, "%s", gp_last_error());
+    gp_stats st = {.size = sizeof st, .version = GP_STATS_VERSION};
+    cr_assert_eq(gp_get_stats(pool, &st), GP_OK);
+    cr_assert_eq(st.cached_bytes, 0, "trim(0) left %llu bytes cached while a tenant is paused",
+                 (unsigned long long)st.cached_bytes);
+    cr_assert_eq(st.reserved_bytes, 6 * MIB);
+    cr_assert_eq(gp_tenant_resume(pool, "idle"), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_free(pool, a, s), GP_OK);
+    cr_assert_eq(gp_free(pool, keep, t), GP_OK);
+}
+
+/* Finding 4: a tenant frame left on the thread by a destroyed pool must not apply to a later pool,
+ * even one whose state malloc placed at the old pool's address (tried several times so that the plain
+ * build reuses the address; ASan's quarantine would not). */
+Test(tenants, frame_of_a_destroyed_pool_does_not_apply_to_a_new_one)
+{
+    for (int i = 0; i < 8; i++) {
+        open_pool("sim", "device_memory:256MiB");
+        create("gone", 0, 0, 0);
+        create("gone2", 0, 0, 0);
+        cr_assert_eq(gp_tenant_push(pool, "gone2"), GP_OK);
+        gp_pool_destroy(pool, NULL); /* no pop */
+        gp_sim_release(sim);
+        open_pool("sim", "device_memory:256MiB");
+        void *p;
+        cr_assert_eq(gp_alloc(pool, &p, 1 * MIB, NULL), GP_OK, "%s", gp_last_error());
+        cr_assert_eq(tenant("default").allocated_bytes, 1 * MIB, "charged to the new pool's default tenant");
+        cr_assert_eq(gp_tenant_pop(pool), GP_ERR_INVALID, "the new pool has no frame on this thread");
+        cr_assert_eq(gp_free(pool, p, NULL), GP_OK);
+        teardown();
+    }
+    /* frames of destroyed pools do not use up the nesting depth of the destroying thread */
+    for (int i = 0; i < 40; i++) {
+        open_pool("sim", "device_memory:256MiB");
+        create("x", 0, 0, 0);
+        cr_assert_eq(gp_tenant_push(pool, "x"), GP_OK, "push %d: %s", i, gp_last_error());
+        teardown();
+    }
+}
+
+/* Finding 9: tenant names are JSON-escaped in gp_stats_json (quotes, backslashes, control bytes, and
+ * bytes that are not UTF-8 become U+FFFD), so the output always parses. */
+Test(tenants, stats_json_escapes_tenant_names)
+{
+    open_pool("sim", "device_memory:256MiB");
+    create("q\"uote", 0, 0, 0);
+    create("back\\slash", 0, 0, 0);
+    create("tab\there\x01", 0, 0, 0);
+    create("bad\xff utf8 caf\xc3\xa9", 0, 0, 0);
+    char json[16384];
+    cr_assert_eq(gp_stats_json(pool, json, sizeof json, NULL), GP_OK, "%s", gp_last_error());
+    cr_assert(strstr(json, "\"name\":\"q\\\"uote\"") != NULL, "%s", json);
+    cr_assert(strstr(json, "\"name\":\"back\\\\slash\"") != NULL, "%s", json);
+    cr_assert(strstr(json, "\"name\":\"tab\\there\\u0001\"") != NULL, "%s", json);
+    cr_assert(strstr(json, "\"name\":\"bad\\ufffd utf8 caf\xc3\xa9\"") != NULL, "%s", json);
+    for (const char *c = json; *c; c++)
+        cr_assert((unsigned char)*c >= 0x20, "a raw control byte in the JSON at %zu", (size_t)(c - json));
+}
+
+/* Finding 10: min guarantees are checked against the device: a min above it, or mins adding up past
+ * it, are refused (they wrapped the admission's sums and guaranteed nothing, or refused everyone). */
+Test(tenants, min_guarantees_cannot_wrap_or_exceed_the_device)
+{
+    open_pool("sim", "device_memory:256MiB");
+    gp_tenant_limits huge = {.min = SIZE_MAX};
+    cr_assert_eq(gp_tenant_create(pool, "huge", &huge), GP_ERR_INVALID, "min SIZE_MAX was accepted");
+    cr_assert(strstr(gp_last_error(), "min") != NULL, "%s", gp_last_error());
+    gp_tenant_limits half = {.min = (size_t)1 << 63};
+    cr_assert_eq(gp_tenant_create(pool, "h1", &half), GP_ERR_INVALID, "min 2^63 on a 256 MiB device");
+    gp_tenant_limits over = {.min = 300 * MIB};
+    cr_assert_eq(gp_tenant_create(pool, "over", &over), GP_ERR_INVALID);
+    create("a", 0, 0, 200 * MIB);
+    gp_tenant_limits b = {.min = 100 * MIB};
+    cr_assert_eq(gp_tenant_create(pool, "b", &b), GP_ERR_INVALID, "200 + 100 MiB of mins on 256 MiB");
+    cr_assert(strstr(gp_last_error(), "256.0 MiB") != NULL, "names the device: %s", gp_last_error());
+    create("c", 0, 0, 0);
+    cr_assert_eq(gp_tenant_set_limits(pool, "c", &b), GP_ERR_INVALID, "set_limits checks the sum too");
+    gp_tenant_limits fits = {.min = 56 * MIB};
+    cr_assert_eq(gp_tenant_set_limits(pool, "c", &fits), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_tenant_set_limits(pool, "a", &(gp_tenant_limits){.min = 200 * MIB}), GP_OK,
+                 "a tenant's own old min does not count against its new one: %s", gp_last_error());
+    cr_assert_eq(tenant("c").min, 56 * MIB);
+    /* the guarantee holds: the default tenant may take what no min is owed */
+    void *p = NULL, *q = NULL;
+    cr_assert_eq(gp_alloc(pool, &p, 10 * MIB, NULL), GP_ERR_OOM, "all 256 MiB are owed to a and c");
+    cr_assert_eq(gp_tenant_set_limits(pool, "c", &(gp_tenant_limits){.min = 0}), GP_OK);
+    cr_assert_eq(gp_alloc(pool, &p, 40 * MIB, NULL), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_alloc(pool, &q, 30 * MIB, NULL), GP_ERR_OOM, "would eat into a's 200 MiB");
+    cr_assert_eq(gp_free(pool, p, NULL), GP_OK);
+}
+
+/* Finding 11: calls that fail do not use up max_streams: with max_streams:2, two refused calls on two
+ * new streams leave room for real allocations on two more. */
+static void two_failures_then_two_streams(const char *backend, int why)
+{
+    open_pool(backend, "device_memory:256MiB,max_streams:2");
+    gp_stream s[4];
+    for (int i = 0; i < 4; i++)
+        s[i] = gp_sim_stream_create(sim);
+    void *hold = NULL, *p = NULL;
+    create("t", why == 1 ? 1 * MIB : 0, 0, 0);
+    if (why == 2)
+        cr_assert_eq(gp_tenant_pause(pool, "t", 0), GP_OK, "%s", gp_last_error());
+    for (int i = 0; i < 2; i++) {
+        int rc;
+        if (why == 0) {
+            rc = gp_record_stream(pool, (void *)(uintptr_t)0x1234000, s[i]);
+            cr_assert_eq(rc, GP_ERR_NOT_OWNED, "%s", gp_last_error());
+        } else if (why == 3) {
+            rc = gp_alloc(pool, &p, 300 * MIB, s[i]);
+            cr_assert_eq(rc, GP_ERR_INVALID);
+            cr_assert_eq(gp_tenant_push(pool, "t"), GP_OK);
+            rc = gp_alloc(pool, &p, 200 * MIB, s[i]);
+            cr_assert_eq(gp_tenant_pop(pool), GP_OK);
+            if (rc == GP_OK) { /* the first fits the empty device: hold it so the next cannot */
+                hold = p;
+                continue;
+            }
+            cr_assert_eq(rc, GP_ERR_OOM, "%s", gp_last_error());
+        } else {
+            cr_assert_eq(gp_tenant_push(pool, "t"), GP_OK);
+            rc = gp_alloc(pool, &p, 4 * MIB, s[i]);
+            cr_assert_eq(gp_tenant_pop(pool), GP_OK);
+            cr_assert_eq(rc, why == 1 ? GP_ERR_QUOTA : GP_ERR_PAUSED, "%s", gp_last_error());
+        }
+    }
+    void *a, *b;
+    int used = hold != NULL ? 1 : 0; /* the held block's pair counts */
+    cr_assert_eq(gp_alloc(pool, &a, 1 * MIB, s[2]), GP_OK, "%s %d: failed calls used up max_streams: %s", backend, why,
+                 gp_last_error());
+    if (used == 0)
+        cr_assert_eq(gp_alloc(pool, &b, 1 * MIB, s[3]), GP_OK, "%s", gp_last_error());
+    else
+        cr_assert_eq(gp_alloc(pool, &b, 1 * MIB, s[3]), GP_ERR_INVALID, "a third pair is one too many");
+    cr_assert(used == 1 || strstr(gp_last_error(), "max_streams") == NULL);
+    cr_assert_eq(gp_free(pool, a, s[2]), GP_OK);
+    if (used == 0)
+        cr_assert_eq(gp_free(pool, b, s[3]), GP_OK);
+    if (hold != NULL)
+        cr_assert_eq(gp_free(pool, hold, s[0]), GP_OK);
+    if (why == 2)
+        cr_assert_eq(gp_tenant_resume(pool, "t"), GP_OK, "%s", gp_last_error());
+}
+
+Test(tenants, failed_record_stream_does_not_use_up_max_streams)
+{
+    two_failures_then_two_streams("sim", 0);
+}
+
+Test(tenants, refused_allocations_do_not_use_up_max_streams)
+{
+    two_failures_then_two_streams("sim", 1);
+    teardown();
+    two_failures_then_two_streams("sim-vmm", 1);
+    teardown();
+    two_failures_then_two_streams("sim-vmm", 2);
+    teardown();
+    two_failures_then_two_streams("sim", 3);
+    teardown();
+    two_failures_then_two_streams("sim-vmm", 3);
+}

@@ -95,6 +95,44 @@ Test(config, help_lists_every_key)
         cr_assert(strstr(help, names[i]) != NULL, "help lacks %s", names[i]);
 }
 
+/* Issue 9 finding 7: a duration the pool's nanosecond clock cannot hold is refused with a message,
+ * instead of overflowing the conversion to nanoseconds in maintain.c (UBSan). */
+Test(config, durations_past_the_clock_are_refused)
+{
+    static const char *const bad[] = {"idle_release:1e11", "idle_release:1e308m", "idle_release:1e300",
+                                      "idle_release:18446744074s", "idle_release:307445735m"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        gp_config cfg;
+        gp_config_defaults(&cfg);
+        cr_assert_eq(gp_config_apply(&cfg, bad[i], "config"), GP_ERR_CONFIG, "%s was accepted", bad[i]);
+        cr_assert(strstr(gp_last_error(), "idle_release") != NULL, "%s", gp_last_error());
+        cr_assert(strstr(gp_last_error(), "at most") != NULL, "says the limit: %s", gp_last_error());
+        cr_assert(cfg.idle_release < 0, "a refused value changes nothing");
+    }
+    gp_config cfg;
+    gp_config_defaults(&cfg);
+    cr_assert_eq(gp_config_apply(&cfg, "idle_release:18446744073s", "config"), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_config_apply(&cfg, "idle_release:1e10", "config"), GP_OK, "%s", gp_last_error());
+}
+
+/* Issue 9 finding 13: a configuration with control bytes (a binary GPUPOOL_CONF, say) is refused
+ * without echoing them: the message names the byte and its offset. */
+Test(config, control_bytes_are_refused_without_echo)
+{
+    gp_config cfg;
+    gp_config_defaults(&cfg);
+    const char text[] = "backend:sim,\x1b[2J\x01\x02junk";
+    cr_assert_eq(gp_config_apply(&cfg, text, "GPUPOOL_CONF"), GP_ERR_CONFIG);
+    const char *msg = gp_last_error();
+    for (const char *c = msg; *c; c++)
+        cr_assert((unsigned char)*c >= 0x20 && *c != 0x7f, "the message echoes a control byte: %s", msg);
+    cr_assert(strstr(msg, "GPUPOOL_CONF") != NULL && strstr(msg, "0x1b") != NULL && strstr(msg, "12") != NULL,
+              "%s", msg);
+    cr_assert_str_eq(cfg.backend, "cuda", "nothing applied");
+    /* UTF-8 (a log path) is text */
+    cr_assert_eq(gp_config_apply(&cfg, "log:/tmp/caf\xc3\xa9.csv", "config"), GP_OK, "%s", gp_last_error());
+}
+
 Test(config, ledger_and_budgets)
 {
     gp_config cfg;

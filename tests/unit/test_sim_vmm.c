@@ -143,7 +143,7 @@ Test(sim_vmm, reserve_map_unmap_release_round_trip)
     cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_PHYS_RELEASE), 2);
     cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_MAP), 2);
     cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_UNMAP), 2);
-    cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_SET_ACCESS), 2, "a map sets access on its range");
+    cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_SET_ACCESS), 2, "each map sets access once");
     cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_DEVICE_SYNC), 2, "an unmap synchronizes first");
     cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_ALL), 16);
 
@@ -774,7 +774,8 @@ Test(sim_vmm_fault, call_kinds_are_distinct_bits_within_all)
 {
     unsigned kinds[] = {GP_SIM_CALL_VA_RESERVE, GP_SIM_CALL_VA_RELEASE, GP_SIM_CALL_PHYS_CREATE,
                         GP_SIM_CALL_PHYS_RELEASE, GP_SIM_CALL_MAP, GP_SIM_CALL_UNMAP,
-                        GP_SIM_CALL_SET_ACCESS, GP_SIM_CALL_DEVICE_SYNC};
+                        GP_SIM_CALL_SET_ACCESS, GP_SIM_CALL_COPY, GP_SIM_CALL_HOST_ALLOC,
+                        GP_SIM_CALL_DEVICE_SYNC};
     unsigned seen = GP_SIM_CALL_MEM_ALLOC | GP_SIM_CALL_MEM_FREE | GP_SIM_CALL_MEM_INFO |
                     GP_SIM_CALL_EVENT_CREATE | GP_SIM_CALL_EVENT_DESTROY | GP_SIM_CALL_EVENT_RECORD |
                     GP_SIM_CALL_EVENT_QUERY | GP_SIM_CALL_EVENT_SYNC | GP_SIM_CALL_STREAM_WAIT;
@@ -784,6 +785,26 @@ Test(sim_vmm_fault, call_kinds_are_distinct_bits_within_all)
         seen |= kinds[i];
     }
     cr_expect_eq(seen, (unsigned)GP_SIM_CALL_ALL);
+}
+
+/* A set-access fault after a successful map undoes the mapping, as the vmm backend does: nothing stays
+ * mapped, the handle can be mapped again. */
+Test(sim_vmm_fault, set_access_fault_leaves_nothing_mapped)
+{
+    void *ctx;
+    gp_sim *sim = open_sim(64 * MiB, &ctx);
+    gp_devptr va = reserve_ok(ctx, 4 * MiB);
+    gp_phys h = create_ok(ctx, 2 * MiB);
+    gp_sim_fail_call(sim, 1, GP_SIM_CALL_SET_ACCESS, GP_ERR_DEVICE);
+    cr_assert_eq(B->map(ctx, va, 2 * MiB, h), GP_ERR_DEVICE);
+    cr_assert(strstr(gp_last_error(), "set_access") != NULL, "%s", gp_last_error());
+    cr_assert_eq(report_of(sim).mappings, 0, "the failed map left a mapping");
+    cr_assert_eq(B->map(ctx, va, 2 * MiB, h), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(B->unmap(ctx, va, 2 * MiB), GP_OK);
+    cr_assert_eq(B->phys_release(ctx, h), GP_OK);
+    cr_assert_eq(B->va_release(ctx, va, 4 * MiB), GP_OK);
+    cr_expect_eq(report_of(sim).bad_calls, 0, "%s", gp_sim_first_violation(sim));
+    B->close(ctx);
 }
 
 /* ---- leaks ------------------------------------------------------------------------------------ */
