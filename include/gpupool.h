@@ -112,6 +112,12 @@ GP_API int gp_free(gp_pool *pool, void *ptr, gp_stream stream);
  */
 GP_API int gp_record_stream(gp_pool *pool, void *ptr, gp_stream stream);
 
+/* Call before destroying a stream the pool has seen (cudaStreamDestroy): waits for the work queued on
+ * it so far and drops it from the pool's records, so that the pool never records on the dead handle
+ * and a new stream that gets the same handle value inherits only finished work. Blocks still live on
+ * the stream stay valid (free them on a live stream). A stream the pool never saw: GP_OK, nothing done. */
+GP_API int gp_stream_forget(gp_pool *pool, gp_stream stream);
+
 /*
  * Gives cached memory back to the device until at most `keep_bytes` stay cached (0 = all). Only
  * segments that are wholly free and whose last uses have completed are released, oldest first.
@@ -341,6 +347,19 @@ GP_API int gp_check(gp_pool *pool);
 
 /* The configuration keys, their defaults and meanings, one per line. */
 GP_API const char *gp_config_help(void);
+
+/* ---- CUDA graph capture (cuda and vmm backends) ----------------------------------------------- */
+/*
+ * Private memory pools per graph (the rules: pool/api/capture.c). Between gp_graph_pool_begin and
+ * gp_graph_pool_end, allocations on a stream that captures a CUDA graph come from graph pool `id`
+ * (created on its first begin; later captures into the same id share it), whose memory is never handed
+ * out outside its graph. gp_graph_pool_release says the graphs using `id` are gone: the pool is
+ * destroyed once its last block is freed. A capturing stream outside a window is refused with
+ * GP_ERR_INVALID before any device call. One window at a time per pool.
+ */
+GP_API int gp_graph_pool_begin(gp_pool *pool, uint64_t id);
+GP_API int gp_graph_pool_end(gp_pool *pool, uint64_t id);
+GP_API int gp_graph_pool_release(gp_pool *pool, uint64_t id);
 
 #ifdef __cplusplus
 }

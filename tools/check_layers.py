@@ -3,7 +3,9 @@
 of its own layer or a lower one, or a public header of include/.
 
 Layers, lowest first: base, backend, ds, policy, provider, api, torch. The simulated GPU (sim) sees
-base, backend and itself, and no other layer may include it. An include that names no layer folder
+base, backend and itself, and no other layer may include it, except the CUDA emulation (cuda_emu, a
+test device built only into test binaries), which sees base, backend, sim and itself and which nothing
+includes. An include that names no layer folder
 (other than a public header) is an error too, so that a header cannot slip in through -I pool.
 
 Usage: tools/check_layers.py [POOL_DIR]     (default: pool/ next to this script's folder)
@@ -20,6 +22,7 @@ import tempfile
 ORDER = ['base', 'backend', 'ds', 'policy', 'provider', 'api', 'torch']
 RANK = {layer: i for i, layer in enumerate(ORDER)}
 SIM_SEES = {'base', 'backend', 'sim'}
+EMU_SEES = {'base', 'backend', 'sim', 'cuda_emu'}
 PUBLIC = {'gpupool.h', 'gpupool_sim.h'}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
@@ -28,6 +31,10 @@ def allowed(layer, target):
     """None when a file of `layer` may include a header of layer `target`, else the reason."""
     if layer == 'sim':
         return None if target in SIM_SEES else 'the simulated GPU sees only base, backend and sim'
+    if layer == 'cuda_emu':
+        return None if target in EMU_SEES else 'the CUDA emulation sees only base, backend, sim and cuda_emu'
+    if target == 'cuda_emu':
+        return 'only the CUDA emulation includes cuda_emu/ headers (a test device, never in the library)'
     if target == 'sim':
         return 'only the sim itself includes sim/ headers (the core never names a backend)'
     if target not in RANK:
@@ -41,8 +48,8 @@ def check(pool):
     problems = []
     layers = sorted(d for d in os.listdir(pool) if os.path.isdir(os.path.join(pool, d)))
     for layer in layers:
-        if layer not in RANK and layer != 'sim':
-            problems.append(f'{pool}/{layer}: a folder that is no layer (known: {", ".join(ORDER)}, sim)')
+        if layer not in RANK and layer not in ('sim', 'cuda_emu'):
+            problems.append(f'{pool}/{layer}: a folder that is no layer (known: {", ".join(ORDER)}, sim, cuda_emu)')
             continue
         folder = os.path.join(pool, layer)
         for name in sorted(os.listdir(folder)):
@@ -80,7 +87,8 @@ def self_test(pool):
         print('check_layers.py --self-test: pool/ itself breaks the layering; run without --self-test')
         return 1
     plants = [('ds/heap.c', 'api/api.h'), ('sim/sim_clock.c', 'provider/pool_state.h'),
-              ('provider/segment.c', 'sim/sim_internal.h')]
+              ('provider/segment.c', 'sim/sim_internal.h'), ('api/alloc.c', 'cuda_emu/cuda_emu.h'),
+              ('cuda_emu/emu_rules.c', 'provider/pool_state.h')]
     for where, header in plants:
         with tempfile.TemporaryDirectory() as tmp:
             copy = os.path.join(tmp, 'pool')

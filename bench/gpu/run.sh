@@ -1,31 +1,34 @@
 #!/usr/bin/env bash
-# bench/gpu/run.sh — everything gpupool checks on a real GPU, in one script that fits in 10 minutes on
-# one H200: builds, runs the C tests and the cuda/vmm smoke program, the Python tests with real
-# PyTorch, and bench/gpu/torch_bench.py (PyTorch's allocator against gpupool), then prints a summary
-# table last.
+# bench/gpu/run.sh — what gpupool checks on a real GPU, in one run that gives a verdict inside 8 minutes
+# by its own clock (GPUPOOL_GPU_DEADLINE, default 480 s).
 #
-# Usage: bash bench/gpu/run.sh [--quick]
-#   --quick   torch_bench.py --quick (about 2 minutes instead of about 5); also chosen on its own when
-#             less time is left than the full benchmark needs
-# Artifacts go to $OUT when it is set, else bench/gpu/out/: run.log (all output), summary.md,
-# results.json, torch_snapshot_train_tf.pickle.gz, gpupool_trace_train_tf.csv.gz, replay.json.
-# Builds go to build-gpu/ (tests, assertions on) and build-gpu-rel/ (Release, for the benchmark).
+#   1. preflight: nvidia-smi (a GPU), nvcc, the toolkit's libcudart_static.a, a C compiler and CMake,
+#      Python with PyTorch (version, CUDA); says what is missing, and stops in seconds without a GPU;
+#   2. one build (RelWithDebInfo, assertions on, plain-program tests only: no Criterion needed);
+#   3. the steps, in priority order, each with its own time limit cut to what is left:
+#        conformance suite on the cuda and on the vmm backend (tests/conformance, the real backends),
+#        the PyTorch hooks under install(), NULL versus OutOfMemoryError on the installed PyTorch,
+#        pause/resume with contents under PyTorch and the time of a trim of 8 GiB (backend vmm),
+#        three threads on three streams with record_stream checking contents, graph capture
+#        (torch.cuda.graph under install()), torch.cuda stats and memory_viz under gpupool
+#        (torch_viz_check.py, issue 13), then the training and serving benchmarks against native
+#        PyTorch and native with expandable_segments:True (bench/gpu/torch_bench.py --quick).
+# The results table ($OUT/run_table.md, else bench/gpu/out/run_table.md) is rewritten after EVERY step, so
+# a run cut short still leaves what it measured. Everything printed also goes to run.log there.
 #
-# Works with what the machine has: no network is needed. Without Criterion only the plain-program
-# suites are built (GPUPOOL_CRITERION=OFF); jemalloc is needed only by bench/, which is off here.
-# Environment:
-#   GPUPOOL_GPU_DEADLINE  seconds the whole script may take (default 570)
-#   PYTHON                the interpreter with PyTorch (default python3)
-#   CUDA_HOME             the CUDA Toolkit (default: from nvcc on PATH, else /usr/local/cuda)
+# Usage: bash bench/gpu/run.sh [--preflight-only]
+# Exit: 0 every step passed or was skipped with a reason; 1 a step failed; 3 no GPU here (nothing was
+# measured); 4 something needed to build is missing (the preflight says what).
+# Environment: GPUPOOL_GPU_DEADLINE (seconds, default 480), PYTHON (default python3), CUDA_HOME.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
 ROOT="$PWD"
 
-quick=0
+preflight_only=0
 for arg in "$@"; do
     case "$arg" in
-        --quick) quick=1 ;;
-        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+        --preflight-only) preflight_only=1 ;;
+        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
         *) echo "run.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -33,26 +36,38 @@ done
 OUT_DIR="${OUT:-$ROOT/bench/gpu/out}"
 mkdir -p "$OUT_DIR"
 LOG="$OUT_DIR/run.log"
+SUMMARY="$OUT_DIR/run_table.md" # torch_bench.py writes its own summary.md
 : >"$LOG"
 exec > >(tee -a "$LOG") 2>&1
 
-DEADLINE="${GPUPOOL_GPU_DEADLINE:-570}"
+DEADLINE="${GPUPOOL_GPU_DEADLINE:-480}"
 PY="${PYTHON:-python3}"
 JOBS="$(nproc 2>/dev/null || echo 4)"
 BUILD="$ROOT/build-gpu"
-BUILD_REL="$ROOT/build-gpu-rel"
+MACHINE=""
 
 declare -a S_NAME S_STATUS S_TIME S_NOTE
-step_start=0
-begin() { step_start=$SECONDS; echo; echo "==> run.sh [$((SECONDS))s]: $1"; }
-record() { # record NAME STATUS NOTE
-    S_NAME+=("$1"); S_STATUS+=("$2"); S_TIME+=("$((SECONDS - step_start))"); S_NOTE+=("$3")
-    echo "==> run.sh: $1: $2${3:+ ($3)}"
-}
 left() { echo $((DEADLINE - SECONDS)); }
+render() {
+    {
+        echo "# bench/gpu/run.sh — $(date -u '+%Y-%m-%d %H:%M UTC'), ${SECONDS} s of ${DEADLINE} s"
+        echo
+        echo "$MACHINE"
+        echo
+        echo "| step | status | s | notes |"
+        echo "|---|---|---|---|"
+        for i in "${!S_NAME[@]}"; do
+            echo "| ${S_NAME[$i]} | ${S_STATUS[$i]} | ${S_TIME[$i]} | ${S_NOTE[$i]} |"
+        done
+    } >"$SUMMARY.tmp" && mv "$SUMMARY.tmp" "$SUMMARY"
+}
+record() { # record NAME STATUS SECONDS NOTE
+    S_NAME+=("$1"); S_STATUS+=("$2"); S_TIME+=("$3"); S_NOTE+=("${4//|/\/}")
+    echo "==> run.sh [${SECONDS}s]: $1: $2${4:+ ($4)}"
+    render
+}
 
-# ---- the machine ------------------------------------------------------------------------------------
-begin "machine"
+# ---- 1. preflight -----------------------------------------------------------------------------------
 if [ -z "${CUDA_HOME:-}" ]; then
     if command -v nvcc >/dev/null 2>&1; then
         CUDA_HOME="$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")"
@@ -61,154 +76,106 @@ if [ -z "${CUDA_HOME:-}" ]; then
     fi
 fi
 export PATH="$CUDA_HOME/bin:$PATH"
-CUDA_LIB="$CUDA_HOME/lib64"; [ -d "$CUDA_LIB" ] || CUDA_LIB="$CUDA_HOME/lib"
-gpu="$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)"
-echo "gpu: ${gpu:-none seen by nvidia-smi}"
-echo "nvcc: $(nvcc --version 2>/dev/null | tail -1)  (CUDA_HOME=$CUDA_HOME)"
-echo "cmake: $(cmake --version 2>/dev/null | head -1)"
-echo "cc: $(cc --version 2>/dev/null | head -1)"
-torch_info="$("$PY" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "gpu", torch.cuda.is_available())' 2>&1 | tail -1)"
-echo "python: $("$PY" --version 2>&1), torch: $torch_info"
-record "machine" "ok" "${gpu:-no GPU}; torch $torch_info"
-
-# ---- configure and build ----------------------------------------------------------------------------
-have_header() { echo "#include <$1>" | cc -E -x c - >/dev/null 2>&1; }
-cmake_args=(-DGPUPOOL_WITH_CUDA=ON -DGPUPOOL_BUILD_BENCH=OFF "-DCUDAToolkit_ROOT=$CUDA_HOME")
-criterion=1
-# GPUPOOL_GPU_NO_CRITERION=1 takes the path of a machine without Criterion: the plain-program suites
-# only (CMake option GPUPOOL_CRITERION=OFF). jemalloc is needed only by bench/, which is off here.
-if [ -n "${GPUPOOL_GPU_NO_CRITERION:-}" ] || ! have_header criterion/criterion.h; then
-    criterion=0
-    cmake_args+=(-DGPUPOOL_CRITERION=OFF)
-fi
-jemalloc_note=""
-
-begin "build (tests, assertions on)"
-mkdir -p "$BUILD" "$BUILD_REL"
-if cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUPOOL_ASSERTS=ON "${cmake_args[@]}" >"$BUILD/configure.log" 2>&1 \
-    && cmake --build "$BUILD" -j "$JOBS"; then
-    built=1
-    record "build" "ok" "criterion $([ $criterion = 1 ] && echo yes || echo 'no: plain tests only')$jemalloc_note"
+missing=()
+gpu=""
+if command -v nvidia-smi >/dev/null 2>&1; then
+    gpu="$(timeout 20 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+    [ -n "$gpu" ] || missing+=("a GPU: nvidia-smi lists none (no device, or the driver is not loaded)")
 else
-    built=0
-    tail -40 "$BUILD/configure.log"
-    record "build" "FAILED" "see run.log"
+    missing+=("nvidia-smi: no NVIDIA driver installed")
 fi
-
-begin "build (Release, for the benchmark)"
-if cmake -S . -B "$BUILD_REL" -DCMAKE_BUILD_TYPE=Release -DGPUPOOL_ASSERTS=OFF -DGPUPOOL_BUILD_TESTS=OFF \
-        -DGPUPOOL_BUILD_CLI=OFF "${cmake_args[@]}" >"$BUILD_REL/configure.log" 2>&1 \
-    && cmake --build "$BUILD_REL" -j "$JOBS" --target gpupool; then
-    BENCH_LIB="$BUILD_REL/libgpupool.so"
-    record "build release" "ok" ""
-else
-    tail -20 "$BUILD_REL/configure.log"
-    BENCH_LIB="$BUILD/libgpupool.so"
-    record "build release" "FAILED" "the benchmark uses the test build"
-fi
-
-# ---- C tests ----------------------------------------------------------------------------------------
-if [ "$built" = 1 ]; then
-    begin "C tests"
-    # every suite built here (the simulated GPU, and the vmm backend's round trip on this GPU; without
-    # Criterion the plain-program suites only); Python's below
-    ctest --test-dir "$BUILD" -j "$JOBS" --timeout 240 -E '^python_' --output-on-failure >"$BUILD/ctest.log" 2>&1
-    rc=$?
-    tail -25 "$BUILD/ctest.log"
-    summary="$(grep -E 'tests passed|tests failed' "$BUILD/ctest.log" | tail -1)"
-    [ "$criterion" = 1 ] || summary="$summary; Criterion suites not built (no Criterion here)"
-    record "C tests (ctest)" "$([ $rc = 0 ] && echo ok || echo FAILED)" "$summary"
-
-    begin "smoke: cuda and vmm backends on this GPU"
-    if cc -std=c11 -O2 -D_POSIX_C_SOURCE=200809L -Iinclude -I"$CUDA_HOME/include" bench/gpu/gpu_smoke.c \
-            -L"$BUILD" -lgpupool -L"$CUDA_LIB" -lcudart -Wl,-rpath,"$BUILD:$CUDA_LIB" -o "$BUILD/gpu_smoke"; then
-        timeout 180 "$BUILD/gpu_smoke" cuda vmm >"$BUILD/smoke.log" 2>&1
-        rc=$?
-        cat "$BUILD/smoke.log"
-        note="$(grep -E '^SMOKE' "$BUILD/smoke.log" | tr '\n' ';' | sed 's/;$//')"
-        case $rc in
-            0) record "smoke cuda+vmm" "ok" "$note" ;;
-            77) record "smoke cuda+vmm" "skipped" "$note" ;;
-            *) record "smoke cuda+vmm" "FAILED" "$note" ;;
-        esac
-    else
-        record "smoke cuda+vmm" "FAILED" "did not compile"
-    fi
-fi
-
-# ---- Python tests with real PyTorch -----------------------------------------------------------------
-if [ -f "$BUILD/libgpupool.so" ]; then
-    begin "Python tests (real PyTorch)"
-    GPUPOOL_LIBRARY="$BUILD/libgpupool.so" PYTHONPATH="$ROOT/python" PYTHONDONTWRITEBYTECODE=1 \
-        timeout 240 "$PY" -m unittest discover -s python/tests -v >"$BUILD/python-tests.log" 2>&1
-    rc=$?
-    cat "$BUILD/python-tests.log"
-    summary="$(grep -E '^(Ran|OK|FAILED)' "$BUILD/python-tests.log" | tr '\n' ' ')"
-    record "Python tests" "$([ $rc = 0 ] && echo ok || echo FAILED)" "$summary"
-fi
-
-# ---- the PyTorch benchmark ----------------------------------------------------------------------------
-if [ -f "$BENCH_LIB" ]; then
-    begin "torch_bench.py"
-    remaining="$(left)"
-    bench_args=(--out "$OUT_DIR")
-    if [ "$quick" = 1 ] || [ "$remaining" -lt 330 ]; then
-        bench_args+=(--quick)
-    fi
-    if [ "$remaining" -lt 150 ]; then
-        record "torch_bench" "skipped" "only ${remaining}s left"
-    else
-        GPUPOOL_LIBRARY="$BENCH_LIB" PYTHONPATH="$ROOT/python" PYTHONDONTWRITEBYTECODE=1 \
-            timeout $((remaining - 40)) "$PY" bench/gpu/torch_bench.py "${bench_args[@]}"
-        rc=$?
-        record "torch_bench" "$([ $rc = 0 ] && echo ok || echo FAILED)" "${bench_args[*]:2}"
-    fi
-fi
-
-# ---- torch.cuda stats and memory_viz under gpupool (issue 13) -----------------------------------------
-if [ -f "$BENCH_LIB" ] && [ "$(left)" -gt 60 ]; then
-    begin "torch_viz_check.py"
-    GPUPOOL_LIBRARY="$BENCH_LIB" PYTHONPATH="$ROOT/python" PYTHONDONTWRITEBYTECODE=1 \
-        timeout 120 "$PY" bench/gpu/torch_viz_check.py --out "$OUT_DIR" | tee "$OUT_DIR/torch_viz_check.json"
-    rc=${PIPESTATUS[0]}
-    record "torch_viz_check" "$([ $rc = 0 ] && echo ok || echo FAILED)" "stats keys vs native, trace_plot"
-fi
-
-# ---- the traces replay --------------------------------------------------------------------------------
-if [ -x "$BUILD/gpupool" ] && [ "$(left)" -gt 25 ]; then
-    begin "replay the saved traces"
-    tmp="$(mktemp -d)"
-    traces=()
-    if [ -f "$OUT_DIR/gpupool_trace_train_tf.csv.gz" ]; then
-        gunzip -c "$OUT_DIR/gpupool_trace_train_tf.csv.gz" >"$tmp/gpupool_train_tf.csv" && traces+=("$tmp/gpupool_train_tf.csv")
-    fi
-    if [ -f "$OUT_DIR/torch_snapshot_train_tf.pickle.gz" ]; then
-        timeout 60 "$PY" tools/snapshot_to_csv.py "$OUT_DIR/torch_snapshot_train_tf.pickle.gz" \
-            -o "$tmp/torch_train_tf.csv" && traces+=("$tmp/torch_train_tf.csv")
-    fi
-    if [ "${#traces[@]}" -gt 0 ]; then
-        timeout 60 "$BUILD/gpupool" replay --json --device-memory 140GiB "${traces[@]}" >"$OUT_DIR/replay.json"
-        rc=$?
-        head -c 2000 "$OUT_DIR/replay.json"; echo
-        record "replay" "$([ $rc = 0 ] && echo ok || echo FAILED)" "${#traces[@]} trace(s): replay.json"
-    else
-        record "replay" "skipped" "no trace was saved"
-    fi
-    rm -rf "$tmp"
-fi
-
-# ---- summary (last) -----------------------------------------------------------------------------------
-echo
-echo "================================ run.sh summary ($((SECONDS)) s) ================================"
-printf '| %-26s | %-8s | %5s | %s\n' "step" "status" "s" "notes"
-printf '|%s|%s|%s|%s\n' "----------------------------" "----------" "-------" "------"
-failed=0
-for i in "${!S_NAME[@]}"; do
-    printf '| %-26s | %-8s | %5s | %s\n' "${S_NAME[$i]}" "${S_STATUS[$i]}" "${S_TIME[$i]}" "${S_NOTE[$i]}"
-    [ "${S_STATUS[$i]}" = "FAILED" ] && failed=1
+nvcc_v="$(nvcc --version 2>/dev/null | tail -1)"
+[ -n "$nvcc_v" ] || missing+=("nvcc: no CUDA Toolkit on PATH or in CUDA_HOME=$CUDA_HOME (only informative: the build needs the toolkit's headers and libcudart_static.a)")
+cudart=""
+for d in "$CUDA_HOME/lib64" "$CUDA_HOME/lib" "$CUDA_HOME/targets/x86_64-linux/lib" "$CUDA_HOME/targets/sbsa-linux/lib"; do
+    [ -f "$d/libcudart_static.a" ] && cudart="$d/libcudart_static.a" && break
 done
-if [ -f "$OUT_DIR/summary.md" ]; then
-    echo
-    cat "$OUT_DIR/summary.md"
+build_missing=()
+[ -n "$cudart" ] || build_missing+=("libcudart_static.a: not in $CUDA_HOME (install the toolkit's cudart dev package, or set CUDA_HOME)")
+[ -f "$CUDA_HOME/include/cuda_runtime_api.h" ] || build_missing+=("cuda_runtime_api.h: not in $CUDA_HOME/include")
+command -v cc >/dev/null 2>&1 || build_missing+=("cc: no C compiler")
+command -v cmake >/dev/null 2>&1 || build_missing+=("cmake")
+torch_v="$(timeout 60 "$PY" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())' 2>/dev/null | tail -1)"
+have_torch=0
+case "$torch_v" in *"available True"*) have_torch=1 ;; esac
+MACHINE="GPU: ${gpu:-none}; nvcc: ${nvcc_v:-none}; cudart_static: ${cudart:-none}; cc: $(cc --version 2>/dev/null | head -1); cmake: $(cmake --version 2>/dev/null | head -1); torch: ${torch_v:-not importable with $PY}"
+echo "$MACHINE"
+for m in "${missing[@]}" "${build_missing[@]}"; do echo "preflight: missing: $m"; done
+[ "$have_torch" = 1 ] || echo "preflight: missing: PyTorch with CUDA for $PY (the PyTorch steps are skipped)"
+if [ -z "$gpu" ]; then
+    echo "preflight: no GPU: nothing to measure here; the GPU figures stay unmeasured"
+    record "preflight" "no GPU" "$SECONDS" "nothing measured: ${missing[*]}"
+    exit 3
 fi
+if [ "${#build_missing[@]}" -gt 0 ]; then
+    echo "preflight: missing what the build needs: cannot go on"
+    record "preflight" "FAILED" "$SECONDS" "${build_missing[*]}"
+    exit 4
+fi
+echo "preflight: ready"
+record "preflight" "ok" "$SECONDS" "torch: ${torch_v:-none}"
+[ "$preflight_only" = 1 ] && exit 0
+
+# ---- 2. one build -------------------------------------------------------------------------------------
+t0=$SECONDS
+mkdir -p "$BUILD"
+if timeout $(( $(left) - 60 )) cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUPOOL_WITH_CUDA=ON \
+        "-DCUDAToolkit_ROOT=$CUDA_HOME" -DGPUPOOL_CRITERION=OFF -DGPUPOOL_BUILD_BENCH=OFF -DGPUPOOL_PYTHON_TESTS=OFF \
+        >"$BUILD/configure.log" 2>&1 \
+   && timeout $(( $(left) - 60 )) cmake --build "$BUILD" -j "$JOBS" --target gpupool conformance >"$BUILD/build.log" 2>&1; then
+    record "build" "ok" "$((SECONDS - t0))" "one build: RelWithDebInfo, assertions on, no Criterion"
+else
+    tail -30 "$BUILD/configure.log" "$BUILD/build.log" 2>/dev/null
+    record "build" "FAILED" "$((SECONDS - t0))" "see run.log"
+    exit 1
+fi
+export GPUPOOL_LIBRARY="$BUILD/libgpupool.so"
+export PYTHONPATH="$ROOT/python:$ROOT/python/tests${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONDONTWRITEBYTECODE=1
+
+failed=0
+# step NAME BUDGET_S GPUPOOL_CONF COMMAND...: runs with the smaller of its budget and the time left (20 s
+# kept for the table); records ok / FAILED / skipped, with the RESULT lines and the last line as notes.
+step() {
+    local name="$1" budget="$2" conf="$3"; shift 3
+    local room=$(( $(left) - 20 ))
+    if [ "$room" -lt 15 ]; then
+        record "$name" "skipped" 0 "out of time (deadline ${DEADLINE} s)"
+        return
+    fi
+    [ "$budget" -gt "$room" ] && budget="$room"
+    local t=$SECONDS logf="$OUT_DIR/step-$(echo "$name" | tr -c 'a-zA-Z0-9' '_').log"
+    echo; echo "==> run.sh [${SECONDS}s]: $name (limit ${budget} s)"
+    GPUPOOL_CONF="$conf" timeout "$budget" "$@" >"$logf" 2>&1
+    local rc=$?
+    tail -15 "$logf"
+    local notes
+    notes="$(grep -E '^RESULT|^(passed|FAILED):|^OK|^Ran |skipped' "$logf" | tr '\n' ' ' | cut -c1-300)"
+    case $rc in
+        0) if grep -q "skipped '" "$logf"; then record "$name" "skipped" "$((SECONDS - t))" "$notes"; else record "$name" "ok" "$((SECONDS - t))" "$notes"; fi ;;
+        124) record "$name" "FAILED" "$((SECONDS - t))" "timed out after ${budget} s; $notes"; failed=1 ;;
+        *) record "$name" "FAILED" "$((SECONDS - t))" "exit $rc; $notes"; failed=1 ;;
+    esac
+}
+torch_test() { (cd "$ROOT/python/tests" && "$PY" -m unittest -v "test_torch.Installed.$1"); }
+
+# ---- 3. the steps, most important first ---------------------------------------------------------------
+step "conformance cuda" 60 "" "$BUILD/tests/conformance" cuda
+step "conformance vmm" 60 "" "$BUILD/tests/conformance" vmm
+if [ "$have_torch" = 1 ]; then
+    step "PyTorch hooks (install)" 60 "backend:cuda" torch_test test_tensors_stats_hooks_and_streams
+    step "NULL vs OOM" 45 "backend:cuda" torch_test test_over_budget_in_an_installed_pool_raises_out_of_memory
+    step "pause/resume + trim 8 GiB" 60 "backend:vmm" "$PY" bench/gpu/torch_checks.py trim
+    step "3 threads, 3 streams" 60 "backend:cuda" "$PY" bench/gpu/torch_checks.py threads
+    step "graph capture" 60 "backend:cuda" torch_test test_graph_capture_allocates_from_a_private_pool_and_replays
+    step "torch.cuda stats + memory_viz" 60 "backend:cuda" "$PY" bench/gpu/torch_viz_check.py --out "$OUT_DIR"
+    step "benchmarks vs native" 400 "" "$PY" bench/gpu/torch_bench.py --quick --no-traces --no-vmm --timeout 60 --out "$OUT_DIR"
+else
+    record "PyTorch steps" "skipped" 0 "no PyTorch with CUDA for $PY"
+fi
+
+echo
+echo "================================ run.sh: ${SECONDS} s ================================"
+cat "$SUMMARY"
+[ -f "$OUT_DIR/summary.md" ] && { echo; cat "$OUT_DIR/summary.md"; }
 exit "$failed"

@@ -526,10 +526,12 @@ def child(args):
 # ==== the driver ====================================================================================
 
 
-def run_child(loop, allocator, size, outdir, conf=None, timeout=300, extra=(), device="cuda"):
+def run_child(loop, allocator, size, outdir, conf=None, timeout=300, extra=(), device="cuda", torch_conf=None):
     fd, result = tempfile.mkstemp(prefix=f"{loop}-{allocator}-", suffix=".json")
     os.close(fd)
     env = dict(os.environ)
+    if torch_conf is not None:  # PyTorch's own allocator settings (native runs)
+        env["PYTORCH_CUDA_ALLOC_CONF"] = torch_conf
     env["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + env.get("PYTHONPATH", "")
     env["PYTHONUNBUFFERED"] = "1"
     if conf is not None:
@@ -548,6 +550,8 @@ def run_child(loop, allocator, size, outdir, conf=None, timeout=300, extra=(), d
                     "error": f"exit {p.returncode}: " + (p.stderr.strip().splitlines() or ["?"])[-1][:300]}
         with open(result) as f:
             res = json.load(f)
+        if torch_conf is not None:
+            res["allocator"] = f"{allocator} ({torch_conf})"
         print(f"    done in {time.perf_counter() - t0:.1f} s", flush=True)
         return res
     except subprocess.TimeoutExpired:
@@ -725,11 +729,13 @@ def main():
             continue
         extra = ["--snapshot", snap] if (loop == "train_tf" and not args.no_traces) else []
         results.append(run_child(loop, "native", size, out, timeout=timeout, extra=extra))
+        results.append(run_child(loop, "native", size, out, timeout=timeout, torch_conf="expandable_segments:True"))
         results.append(run_child(loop, "gpupool", size, out, conf="backend:cuda", timeout=timeout))
         if loop == "train_tf" and not args.no_vmm:
             results.append(run_child(loop, "gpupool", size, out, conf="backend:vmm", timeout=timeout))
     if "serve" in only:
         results.append(run_child("serve", "native", size, out, timeout=timeout))
+        results.append(run_child("serve", "native", size, out, timeout=timeout, torch_conf="expandable_segments:True"))
         results.append(run_child("serve", "gpupool", size, out, conf="backend:cuda", timeout=timeout,
                                  extra=["--mempool"] if serve_mempool else []))
     if "train_tf" in only and not args.no_traces:

@@ -1,6 +1,7 @@
 /*
  * alloc.c — gp_alloc: the fast path (the caller's (stream, tenant) heap: a quick list or the free
- * lists, one lock, no device call) and the slow path (pool lock: maintenance, then the provider's
+ * lists, one lock, no device call; before it, the thread's cache of small freed blocks of that
+ * stream, provider/thread_cache.h, with no stream lock) and the slow path (pool lock: maintenance, then the provider's
  * growth chain: pending frees, tenant admission, other streams' free segments, a new device segment,
  * release and retry in provider/segment.c; pages in provider/vmm.c).
  */
@@ -13,6 +14,7 @@
 #include "ds/size_class.h"
 #include "provider/pending.h"
 #include "provider/provider.h"
+#include "provider/thread_cache.h"
 
 /* An allocation in a tenant whose gate is closed: paused, or over a max that was lowered. Gives the
  * tenant's cache back and reopens the gate when it fits again. */
@@ -93,6 +95,12 @@ GP_API int gp_alloc(gp_pool *pool, void **out, size_t size, gp_stream stream)
         return gp_error_set(GP_ERR_INVALID, "gp_alloc: %zu bytes on stream %p is more than the device has (%s)",
                             size, stream, gp_format_size(p->device_total, total));
     }
+    gp_pool *graph = NULL;
+    rc = gp_capture_route(p, stream, "gp_alloc", &graph);
+    if (rc != GP_OK)
+        return rc;
+    if (graph != NULL) /* a capture inside a graph pool window: that graph's private pool serves it */
+        return gp_alloc(graph, out, size, stream);
     gp_stream_state *st;
     rc = gp_pool_current_state(p, stream, true, &st);
     if (rc != GP_OK)
@@ -107,11 +115,17 @@ GP_API int gp_alloc(gp_pool *pool, void **out, size_t size, gp_stream stream)
         }
     }
 
+    gp_block *b = gp_thread_cache_take(p, st, size, rsize); /* a small block this thread freed on st */
+    if (b != NULL) {
+        *out = (void *)b->addr;
+        if (p->log != NULL)
+            gp_trace_log_event(p->log, GP_TRACE_ALLOCATE, b->addr, size, stream);
+        return GP_OK;
+    }
     pthread_mutex_lock(&st->lock);
     /* pending_scan 0 queries none here (gp_pending_collect's own 0 would mean all of them) */
     if (p->cfg.pending_scan != 0 && atomic_load_explicit(&st->pending_count, memory_order_relaxed) != 0)
         gp_pending_collect(p, st, p->cfg.pending_scan);
-    gp_block *b = NULL;
     if (gp_block_map_reserve(&st->live)) {
         gp_heap *heap = gp_heap_of(st, small);
         b = gp_heap_quick_take(heap, rsize); /* a small size freed before: no split */

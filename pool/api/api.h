@@ -15,7 +15,9 @@
 
 /* ---- enter.c ---- */
 /* Validates a handle; on success *out is its state. `fn` names the API call in messages. */
-int gp_pool_enter(gp_pool *pool, const char *fn, gp_pool_state **out);
+static inline int gp_pool_enter(gp_pool *pool, const char *fn, gp_pool_state **out);
+/* The error of gp_pool_enter for a handle that is not a live pool. */
+int gp_pool_enter_refused(gp_pool *pool, const char *fn);
 /* The device's total memory as the pool read it at create (for the glue: torch/). */
 int gp_pool_device_total(gp_pool *pool, const char *fn, size_t *out);
 
@@ -23,10 +25,17 @@ int gp_pool_device_total(gp_pool *pool, const char *fn, size_t *out);
 /*
  * The calling thread's state for `stream`: its tenant resolved (gp_tenant_resolve), added when `add`
  * and the pool has not seen the pair (else *out may be NULL). A one-entry per-thread cache keyed by the
- * pool's serial, the stream, the thread's tenant generation and the pool's bind epoch answers repeated
- * calls without the two hash lookups.
+ * pool's serial, the stream and the pool's bind epoch (emptied by the thread's tenant push and pop)
+ * answers repeated calls inline, without the two hash lookups of gp_pool_current_state_lookup.
  */
-int gp_pool_current_state(gp_pool_state *p, gp_stream stream, bool add, gp_stream_state **out);
+static inline int gp_pool_current_state(gp_pool_state *p, gp_stream stream, bool add, gp_stream_state **out);
+int gp_pool_current_state_lookup(gp_pool_state *p, gp_stream stream, bool add, gp_stream_state **out);
+typedef struct gp_state_cache {
+    uint64_t pool_serial, bind_epoch;
+    gp_stream stream;
+    gp_stream_state *st; /* NULL: empty */
+} gp_state_cache;
+extern _Thread_local gp_state_cache gp_thread_state_cache;
 /* The state of (stream, tenant index), adding it (under the pool lock) when the pool has not seen it. */
 int gp_pool_stream(gp_pool_state *p, gp_stream handle, unsigned tenant, gp_stream_state **out);
 /* The tenant of an allocation on `stream` by the calling thread: its current tenant of this pool, else
@@ -45,6 +54,25 @@ int gp_tenant_find(gp_pool_state *p, const char *name, const char *fn, gp_tenant
 /* Fills out[0..capacity) for every tenant (pool lock and every stream lock held); returns the count. */
 int gp_tenant_snapshot_all(gp_pool_state *p, gp_tenant_stats *out, unsigned capacity);
 
+/* ---- capture.c ---- */
+/*
+ * Before serving `stream`: GP_OK with *route NULL when the pool serves it itself, GP_OK with *route set
+ * to the private pool of the graph being captured when the stream captures inside a
+ * gp_graph_pool_begin/end window, GP_ERR_INVALID (message naming `fn`) when it captures outside one:
+ * the pool then makes no device call for it.
+ */
+int gp_capture_route(gp_pool_state *p, gp_stream stream, const char *fn, gp_pool **route);
+/* After the pool found that it does not own ptr (gp_free, gp_record_stream): the graph pool that
+ * does, or NULL. */
+gp_pool *gp_capture_owner(gp_pool_state *p, void *ptr);
+/* A free of the pool's own block on a capturing stream: deferred to the window's end (the graph may
+ * still use it). GP_OK, or GP_ERR_INVALID with the message set. */
+int gp_capture_defer_free(gp_pool_state *p, void *ptr, gp_stream stream);
+/* Called after a free in graph pool `child`: destroys it when it was released and is now empty. */
+void gp_capture_after_free(gp_pool_state *p, gp_pool *child);
+/* Destroys the graph pools at gp_pool_destroy; adds their leaks to *leaks. */
+void gp_capture_destroy(gp_pool_state *p, gp_leak_report *leaks);
+
 /* ---- free.c ---- */
 /* Says why `addr` is not a live block of this pool: GP_ERR_NOT_OWNED, GP_ERR_INTERIOR or
  * GP_ERR_DOUBLE_FREE, with a message starting with `fn`. Pool lock held, no stream lock. */
@@ -53,5 +81,27 @@ int gp_diagnose_pointer(gp_pool_state *p, uintptr_t addr, const char *fn);
 /* ---- maintain.c ---- */
 /* Runs release_threshold and idle_release. Pool lock held. */
 size_t gp_maintain_locked(gp_pool_state *p, int *failed);
+
+/* ---- inline: the first steps of every call ---- */
+static inline int gp_pool_enter(gp_pool *pool, const char *fn, gp_pool_state **out)
+{
+    if (pool == NULL || pool->magic != GP_POOL_MAGIC_LIVE || pool->state == NULL) {
+        *out = NULL;
+        return gp_pool_enter_refused(pool, fn);
+    }
+    *out = pool->state;
+    return GP_OK;
+}
+
+static inline int gp_pool_current_state(gp_pool_state *p, gp_stream stream, bool add, gp_stream_state **out)
+{
+    const gp_state_cache *c = &gp_thread_state_cache;
+    if (c->st != NULL && c->pool_serial == p->serial && c->stream == stream &&
+        c->bind_epoch == atomic_load_explicit(&p->tenants.bind_epoch, memory_order_acquire)) {
+        *out = c->st;
+        return GP_OK;
+    }
+    return gp_pool_current_state_lookup(p, stream, add, out);
+}
 
 #endif /* GP_API_H */

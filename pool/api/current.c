@@ -20,8 +20,8 @@ typedef struct tenant_frame {
 
 static _Thread_local tenant_frame tenant_stack[GP_TENANT_STACK_MAX];
 static _Thread_local unsigned tenant_depth;
-/* Bumped by every push and pop of the calling thread (state caches compare it). */
-static _Thread_local uint64_t thread_tenant_generation;
+
+_Thread_local gp_state_cache gp_thread_state_cache;
 
 unsigned gp_tenant_resolve(gp_pool_state *p, gp_stream stream)
 {
@@ -44,7 +44,7 @@ int gp_current_tenant_push(gp_pool_state *p, unsigned index)
         return gp_error_set(GP_ERR_INVALID, "gp_tenant_push: tenants nest at most %d deep in one thread",
                             GP_TENANT_STACK_MAX);
     tenant_stack[tenant_depth++] = (tenant_frame){p->serial, index};
-    thread_tenant_generation++;
+    gp_thread_state_cache.st = NULL; /* the thread's tenant changed: its cached state is stale */
     return GP_OK;
 }
 
@@ -55,7 +55,7 @@ bool gp_current_tenant_pop(gp_pool_state *p)
             continue;
         memmove(&tenant_stack[i], &tenant_stack[i + 1], (tenant_depth - i - 1) * sizeof tenant_stack[0]);
         tenant_depth--;
-        thread_tenant_generation++;
+        gp_thread_state_cache.st = NULL;
         return true;
     }
     return false;
@@ -68,7 +68,7 @@ void gp_current_tenant_forget_pool(uint64_t pool_serial)
         if (tenant_stack[i].pool_serial != pool_serial)
             tenant_stack[kept++] = tenant_stack[i];
     if (kept != tenant_depth)
-        thread_tenant_generation++;
+        gp_thread_state_cache.st = NULL;
     tenant_depth = kept;
 }
 
@@ -89,21 +89,9 @@ int gp_pool_stream(gp_pool_state *p, gp_stream handle, unsigned tenant, gp_strea
     return rc;
 }
 
-static _Thread_local struct state_cache {
-    uint64_t pool_serial, tenant_generation, bind_epoch;
-    gp_stream stream;
-    gp_stream_state *st;
-} state_cache;
-
-int gp_pool_current_state(gp_pool_state *p, gp_stream stream, bool add, gp_stream_state **out)
+int gp_pool_current_state_lookup(gp_pool_state *p, gp_stream stream, bool add, gp_stream_state **out)
 {
     uint64_t epoch = atomic_load_explicit(&p->tenants.bind_epoch, memory_order_acquire);
-    struct state_cache *c = &state_cache;
-    if (c->st != NULL && c->pool_serial == p->serial && c->stream == stream &&
-        c->tenant_generation == thread_tenant_generation && c->bind_epoch == epoch) {
-        *out = c->st;
-        return GP_OK;
-    }
     unsigned tenant = gp_tenant_resolve(p, stream);
     gp_stream_state *st = NULL;
     int rc = GP_OK;
@@ -112,7 +100,7 @@ int gp_pool_current_state(gp_pool_state *p, gp_stream stream, bool add, gp_strea
     else
         st = gp_stream_find(&p->streams, stream, p->tenants.tenants[tenant]);
     if (rc == GP_OK && st != NULL)
-        *c = (struct state_cache){p->serial, thread_tenant_generation, epoch, stream, st};
+        gp_thread_state_cache = (gp_state_cache){p->serial, epoch, stream, st};
     *out = st;
     return rc;
 }

@@ -1,21 +1,18 @@
 /*
- * enter.c — the way into a pool from a gp_pool handle: every public call validates its handle here
- * (a destroyed pool's shell says so; anything else is not a pool), and nothing below the API layer
- * ever sees a handle.
+ * enter.c — the way into a pool from a gp_pool handle: every public call validates its handle with
+ * gp_pool_enter (inline in api.h); the refusals are here (a destroyed pool's shell says so; anything
+ * else is not a pool), and nothing below the API layer ever sees a handle.
  */
 #include "api/api.h"
 #include "base/error.h"
 
-int gp_pool_enter(gp_pool *pool, const char *fn, gp_pool_state **out)
+int gp_pool_enter_refused(gp_pool *pool, const char *fn)
 {
     if (pool == NULL)
         return gp_error_set(GP_ERR_INVALID, "%s: pool is NULL", fn);
     if (pool->magic == GP_POOL_MAGIC_DEAD)
         return gp_error_set(GP_ERR_DESTROYED, "%s: pool %p has been destroyed", fn, (void *)pool);
-    if (pool->magic != GP_POOL_MAGIC_LIVE || pool->state == NULL)
-        return gp_error_set(GP_ERR_INVALID, "%s: %p is not a gpupool pool", fn, (void *)pool);
-    *out = pool->state;
-    return GP_OK;
+    return gp_error_set(GP_ERR_INVALID, "%s: %p is not a gpupool pool", fn, (void *)pool);
 }
 
 int gp_pool_device_total(gp_pool *pool, const char *fn, size_t *out)

@@ -6,6 +6,9 @@
  * immediate and needs no event. A block used on other streams (gp_record_stream, or a free on another
  * stream) becomes PENDING: an event is recorded on each of those streams, and the block returns to its
  * owner's heap only when every one of them has completed (queried, never waited for, on the hot path).
+ * A small block freed on its own stream goes to the freeing thread's cache for that stream first
+ * (provider/thread_cache.h), and a free of a block that cache handed out takes no stream lock; a
+ * lookup that the stream's map misses returns the stream's thread-cached blocks and looks again.
  */
 #include <assert.h>
 #include <stdlib.h>
@@ -16,6 +19,7 @@
 #include "base/format.h"
 #include "base/list.h"
 #include "provider/pending.h"
+#include "provider/thread_cache.h"
 
 /* Uses are streams: states of two tenants on one stream are the same use. */
 static bool has_use(gp_block *b, gp_stream_state *st)
@@ -137,16 +141,26 @@ int gp_diagnose_pointer(gp_pool_state *p, uintptr_t addr, const char *fn)
     return rc;
 }
 
+/* Removes the live block at addr from owner's (locked) map, after returning the blocks owner lent to
+ * thread caches when the map misses (a block a thread cache handed out is in that cache's map). */
+static gp_block *take_live(gp_pool_state *p, gp_stream_state *owner, uintptr_t addr)
+{
+    gp_block *b = gp_block_map_remove(&owner->live, addr);
+    if (b == NULL && owner->lenders != NULL && gp_thread_cache_return(p, owner))
+        b = gp_block_map_remove(&owner->live, addr);
+    return b;
+}
+
 /* Frees addr if `owner` (not locked) holds it live; GP_ERR_NOT_OWNED if not. */
 static int free_from(gp_pool_state *p, gp_stream_state *owner, uintptr_t addr, gp_stream stream,
                      gp_stream_state *user, size_t *requested)
 {
     int rc = GP_ERR_NOT_OWNED;
     pthread_mutex_lock(&owner->lock);
-    gp_block *b = gp_block_map_remove(&owner->live, addr);
+    gp_block *b = take_live(p, owner, addr);
     if (b != NULL) {
         *requested = b->requested;
-        if (owner->handle == stream && b->use_count == 0) {
+        if ((owner->handle == stream && b->use_count == 0) || atomic_load_explicit(&p->graph_window, memory_order_relaxed)) {
             retire(p, owner, b);
             gp_block_to_heap(p, owner, b);
             rc = GP_OK;
@@ -196,6 +210,14 @@ GP_API int gp_free(gp_pool *pool, void *ptr, gp_stream stream)
     int rc = gp_pool_enter(pool, "gp_free", &p);
     if (rc != GP_OK || ptr == NULL)
         return rc;
+    gp_pool *graph = NULL;
+    rc = gp_capture_route(p, stream, "gp_free", &graph);
+    if (rc != GP_OK)
+        return rc;
+    if (graph != NULL) { /* freed during the capture: the graph's block, or one of ours the graph may use */
+        rc = gp_free(graph, ptr, stream);
+        return rc == GP_ERR_NOT_OWNED ? gp_capture_defer_free(p, ptr, stream) : rc;
+    }
     gp_stream_state *st = NULL;
     gp_pool_current_state(p, stream, false, &st);
     if (st == NULL && !gp_stream_seen(&p->streams, stream))
@@ -208,17 +230,23 @@ GP_API int gp_free(gp_pool *pool, void *ptr, gp_stream stream)
     gp_block *b = NULL;
     if (st == NULL)
         goto slow;
+    if (gp_thread_cache_give(p, st, addr, &requested)) { /* handed out by this thread's cache of st */
+        if (p->log != NULL)
+            gp_trace_log_event(p->log, GP_TRACE_FREE, addr, requested, stream);
+        return GP_OK;
+    }
     pthread_mutex_lock(&st->lock);
-    b = gp_block_map_remove(&st->live, addr);
+    b = take_live(p, st, addr);
     if (b != NULL) {
         requested = b->requested;
         if (p->maintains && ++st->frees_since_maintain >= GP_MAINTAIN_FREES) {
             st->frees_since_maintain = 0;
             maintain = true;
         }
-        if (b->use_count == 0) {
+        if (b->use_count == 0 || atomic_load_explicit(&p->graph_window, memory_order_relaxed)) {
             retire(p, st, b);
-            gp_block_to_heap(p, st, b);
+            if (!gp_thread_cache_lend(p, st, b))
+                gp_block_to_heap(p, st, b);
         } else {
             rc = free_pending(p, st, b, NULL);
             if (rc != GP_OK)
@@ -234,6 +262,15 @@ GP_API int gp_free(gp_pool *pool, void *ptr, gp_stream stream)
 slow:
     if (b == NULL)
         rc = free_slow(p, addr, stream, st, &requested);
+    if (rc == GP_ERR_NOT_OWNED && p->capture != NULL) { /* a block of one of this pool's graphs */
+        gp_pool *owner = gp_capture_owner(p, ptr);
+        if (owner != NULL) {
+            rc = gp_free(owner, ptr, stream);
+            if (rc == GP_OK)
+                gp_capture_after_free(p, owner);
+            return rc;
+        }
+    }
     if (rc == GP_OK && p->log != NULL)
         gp_trace_log_event(p->log, GP_TRACE_FREE, addr, requested, stream);
     return rc;
@@ -248,6 +285,8 @@ static gp_stream_state *owner_of_live(gp_pool_state *p, uintptr_t addr)
         gp_stream_state *owner = p->streams.by_index[i];
         pthread_mutex_lock(&owner->lock);
         bool found = gp_block_map_find(&owner->live, addr) != NULL;
+        if (!found && owner->lenders != NULL && gp_thread_cache_return(p, owner))
+            found = gp_block_map_find(&owner->live, addr) != NULL;
         pthread_mutex_unlock(&owner->lock);
         if (found)
             return owner;
@@ -269,6 +308,12 @@ GP_API int gp_record_stream(gp_pool *pool, void *ptr, gp_stream stream)
         return rc;
     if (ptr == NULL)
         return gp_error_set(GP_ERR_INVALID, "gp_record_stream: ptr is NULL");
+    gp_pool *graph = NULL;
+    rc = gp_capture_route(p, stream, "gp_record_stream", &graph);
+    if (rc != GP_OK)
+        return rc;
+    if (graph != NULL || atomic_load(&p->graph_window))
+        return GP_OK; /* a use inside the capture: the graph orders it (see api/capture.c) */
     uintptr_t addr = (uintptr_t)ptr;
     gp_stream_state *owner = owner_of_live(p, addr);
     if (owner != NULL && owner->handle == stream)
@@ -284,6 +329,8 @@ GP_API int gp_record_stream(gp_pool *pool, void *ptr, gp_stream stream)
             return rc;
         pthread_mutex_lock(&owner->lock);
         gp_block *b = gp_block_map_find(&owner->live, addr);
+        if (b == NULL && owner->lenders != NULL && gp_thread_cache_return(p, owner))
+            b = gp_block_map_find(&owner->live, addr);
         if (b != NULL && !has_use(b, user)) {
             if (reserve_use(b))
                 gp_block_uses(b)[b->use_count++] = user;
@@ -294,6 +341,9 @@ GP_API int gp_record_stream(gp_pool *pool, void *ptr, gp_stream stream)
         if (b != NULL)
             return rc;
     }
+    gp_pool *graph_owner = p->capture != NULL ? gp_capture_owner(p, ptr) : NULL;
+    if (graph_owner != NULL)
+        return gp_record_stream(graph_owner, ptr, stream);
     pthread_mutex_lock(&p->lock);
     rc = gp_diagnose_pointer(p, addr, "gp_record_stream");
     pthread_mutex_unlock(&p->lock);

@@ -30,6 +30,7 @@ static void walk_segment(gp_pool_state *p, const gp_segment *seg, gp_kind_stats 
             break;
         case GP_BLOCK_FREE:
         case GP_BLOCK_QUICK:
+        case GP_BLOCK_LENT: /* not seen here: gp_lock_all_streams returned the thread caches' blocks */
             free_blocks++;
             free_bytes += b->size;
             break;

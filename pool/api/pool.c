@@ -17,6 +17,7 @@
 #include "provider/pool_ledger.h"
 #include "provider/provider.h"
 #include "provider/staging.h"
+#include "provider/thread_cache.h"
 
 static atomic_uint_fast64_t next_pool_serial = 1;
 
@@ -127,10 +128,13 @@ GP_API int gp_pool_destroy(gp_pool *pool, gp_leak_report *report)
     gp_leak_report leaks = {0, 0};
     int failed = GP_OK;
     size_t not_returned = 0;
+    gp_capture_destroy(p, &leaks);
     gp_current_tenant_forget_pool(p->serial); /* this thread's frames of the pool (current.c) */
 
+    gp_thread_cache_destroy_begin(); /* no thread exits into this pool while it goes */
     pthread_mutex_lock(&p->lock);
     gp_lock_all_streams(p);
+    gp_thread_cache_forget(p);
     unsigned count = atomic_load(&p->streams.count);
     for (unsigned i = 0; i < count; i++) {
         gp_stream_state *st = p->streams.by_index[i];
@@ -157,6 +161,7 @@ GP_API int gp_pool_destroy(gp_pool *pool, gp_leak_report *report)
         failed = GP_ERR_DEVICE;
     gp_unlock_all_streams(p);
     pthread_mutex_unlock(&p->lock);
+    gp_thread_cache_destroy_end();
 
     unsigned tenants = atomic_load(&p->tenants.count);
     for (unsigned i = 0; i < tenants; i++)

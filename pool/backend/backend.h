@@ -87,6 +87,12 @@ typedef struct gp_backend_ops {
      * the host. */
     int (*stream_wait_event)(void *ctx, gp_stream stream, gp_event ev);
 
+    /* Whether `stream` is capturing a CUDA graph now (cudaStreamIsCapturing): *capturing = 1 when it
+     * is (or when the legacy stream is unusable because a blocking stream captures), else 0. NULL in
+     * a backend whose streams never capture (the sims). While a stream captures, most device calls
+     * are illegal or would be recorded into the graph, so the pool refuses to serve it. */
+    int (*stream_capturing)(void *ctx, gp_stream stream, int *capturing);
+
     /* ---- virtual memory management (CUDA's cuMem* API); all NULL in a backend without it ----------
      * Physical memory comes in handles of whole pages of the device's granularity; a handle is mapped
      * whole (CUDA requires offset 0) at a virtual address inside a reserved range; one handle may be

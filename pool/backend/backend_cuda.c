@@ -8,7 +8,8 @@
  * Threads: any thread may call any operation. The current device is per host thread in CUDA, so every
  * operation makes the pool's device current for its duration and restores the caller's device after
  * (device_enter / device_leave); the set is skipped when the device is already current, which is the
- * common case and costs one cudaGetDevice. The context is immutable after open(), so no lock is needed.
+ * common case and costs one cudaGetDevice, except on a thread's first call (a thread that never called
+ * cudaSetDevice has no current context, which driver calls need). The context is immutable after open(), so no lock is needed.
  *
  * Errors: each failure message names the runtime call, its arguments (size, pointer, stream, event)
  * and the runtime's cudaGetErrorName / cudaGetErrorString. A non-sticky error this file caused is
@@ -45,6 +46,22 @@ void gp_cuda_clear_own_error(cudaError_t err)
         (void)cudaGetLastError();
 }
 
+enum cudaStreamCaptureMode gp_cuda_relax(void)
+{
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return cudaStreamCaptureModeRelaxed; /* nothing was changed: nothing to give back */
+    }
+    return mode;
+}
+
+void gp_cuda_unrelax(enum cudaStreamCaptureMode previous)
+{
+    if (previous != cudaStreamCaptureModeRelaxed && cudaThreadExchangeStreamCaptureMode(&previous) != cudaSuccess)
+        (void)cudaGetLastError();
+}
+
 /* Makes ctx's device current for the calling thread. *prev receives the device that was current, for
  * device_leave. On failure sets the message (naming `op`, the operation being attempted) and returns
  * GP_ERR_DEVICE; nothing needs undoing. */
@@ -57,13 +74,19 @@ int gp_cuda_device_enter(const gp_cuda_ctx *ctx, const char *op, int *prev)
         return gp_error_set(GP_ERR_DEVICE, "%s %s: cudaGetDevice: %s: %s", ctx->name, op,
                             cudaGetErrorName(err), cudaGetErrorString(err));
     }
-    if (current != ctx->device) {
+    /* CUDA binds a device's primary context to a thread only when the runtime initialises the device
+     * for it (cudaSetDevice does; cudaGetDevice, which answers 0 on a fresh thread, does not), and the
+     * vmm backend's driver calls need that context: the first call on each thread sets the device
+     * even when it is already the current one. */
+    static _Thread_local bool thread_has_context;
+    if (current != ctx->device || !thread_has_context) {
         err = cudaSetDevice(ctx->device);
         if (err != cudaSuccess) {
             gp_cuda_clear_own_error(err);
             return gp_error_set(GP_ERR_DEVICE, "%s %s: cudaSetDevice(device=%d): %s: %s", ctx->name, op,
                                 ctx->device, cudaGetErrorName(err), cudaGetErrorString(err));
         }
+        thread_has_context = true;
     }
     *prev = current;
     return GP_OK;
@@ -154,7 +177,9 @@ int gp_cuda_mem_alloc(void *opaque, size_t size, gp_devptr *out)
         return rc;
 
     void *ptr = NULL;
+    enum cudaStreamCaptureMode mode = gp_cuda_relax(); /* the pool may grow while a graph is captured */
     cudaError_t err = cudaMalloc(&ptr, size);
+    gp_cuda_unrelax(mode);
     if (err != cudaSuccess) {
         gp_cuda_clear_own_error(err);
         gp_cuda_device_leave(ctx, prev);
@@ -339,6 +364,31 @@ int gp_cuda_stream_wait_event(void *opaque, gp_stream stream, gp_event ev)
     return GP_OK;
 }
 
+/* cudaStreamIsCapturing (its signature is the same in CUDA 11 to 13, unlike cudaStreamGetCaptureInfo's).
+ * cudaErrorStreamCaptureImplicit: the legacy stream while a blocking stream captures, which may not be
+ * used either; it counts as capturing (the error is cleared, the capture is not invalidated). */
+int gp_cuda_stream_capturing(void *opaque, gp_stream stream, int *capturing)
+{
+    const gp_cuda_ctx *ctx = opaque;
+    int prev = -1;
+    int rc = gp_cuda_device_enter(ctx, "stream_capturing", &prev);
+    if (rc != GP_OK)
+        return rc;
+    enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    cudaError_t err = cudaStreamIsCapturing((cudaStream_t)stream, &status);
+    gp_cuda_clear_own_error(err);
+    gp_cuda_device_leave(ctx, prev);
+    if (err == cudaErrorStreamCaptureImplicit) {
+        *capturing = 1;
+        return GP_OK;
+    }
+    if (err != cudaSuccess)
+        return gp_error_set(GP_ERR_DEVICE, "cudaStreamIsCapturing(stream=%p) on device %d: %s: %s", stream,
+                            ctx->device, cudaGetErrorName(err), cudaGetErrorString(err));
+    *capturing = status != cudaStreamCaptureStatusNone;
+    return GP_OK;
+}
+
 /* Synchronous copies (cudaMemcpy waits for prior work on the legacy default stream and blocks). */
 int gp_cuda_copy_to_host(void *opaque, void *host, gp_devptr src, size_t size)
 {
@@ -414,6 +464,7 @@ const gp_backend_ops gp_backend_cuda = {
     .event_query = gp_cuda_event_query,
     .event_synchronize = gp_cuda_event_synchronize,
     .stream_wait_event = gp_cuda_stream_wait_event,
+    .stream_capturing = gp_cuda_stream_capturing,
     .copy_to_host = gp_cuda_copy_to_host,
     .copy_to_device = gp_cuda_copy_to_device,
     .host_alloc = gp_cuda_host_alloc,

@@ -30,6 +30,13 @@ void gp_cuda_clear_own_error(cudaError_t err);
 int gp_cuda_device_enter(const gp_cuda_ctx *ctx, const char *op, int *prev);
 void gp_cuda_device_leave(const gp_cuda_ctx *ctx, int prev);
 
+/* Relaxed stream-capture mode for the calling thread around a call that is "potentially unsafe"
+ * while a graph is captured (cudaMalloc, the driver's cuMem* calls): legal then in relaxed mode
+ * (cuda_runtime_api.h, cudaThreadExchangeStreamCaptureMode), as PyTorch does for cudaMalloc.
+ * gp_cuda_relax returns the mode to give back to gp_cuda_unrelax. */
+enum cudaStreamCaptureMode gp_cuda_relax(void);
+void gp_cuda_unrelax(enum cudaStreamCaptureMode previous);
+
 /* Checks that `device` exists and initialises its primary context (cudaFree(NULL)), then fills *out.
  * GP_ERR_BACKEND with "<name> backend unavailable: ..." when the runtime, the driver or the device
  * cannot be used. */
@@ -45,6 +52,7 @@ int gp_cuda_event_record(void *ctx, gp_event ev, gp_stream stream);
 int gp_cuda_event_query(void *ctx, gp_event ev);
 int gp_cuda_event_synchronize(void *ctx, gp_event ev);
 int gp_cuda_stream_wait_event(void *ctx, gp_stream stream, gp_event ev);
+int gp_cuda_stream_capturing(void *ctx, gp_stream stream, int *capturing);
 
 int gp_cuda_copy_to_host(void *ctx, void *host, gp_devptr src, size_t size);
 int gp_cuda_copy_to_device(void *ctx, gp_devptr dst, const void *host, size_t size);

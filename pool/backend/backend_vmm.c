@@ -219,7 +219,9 @@ static int vmm_va_reserve(void *opaque, size_t size, gp_devptr *out)
     if (rc != GP_OK)
         return rc;
     CUdeviceptr va = 0;
+    enum cudaStreamCaptureMode mode = gp_cuda_relax(); /* growth may happen while a graph is captured */
     CUresult res = driver.address_reserve(&va, size, ctx->granularity, 0, 0);
+    gp_cuda_unrelax(mode);
     gp_cuda_device_leave(&ctx->cuda, prev);
     if (res != CUDA_SUCCESS) {
         const char *name, *why;
@@ -265,7 +267,9 @@ static int vmm_phys_create(void *opaque, size_t size, gp_phys *out)
         return rc;
     CUmemAllocationProp prop = device_memory_prop(ctx->cuda.device);
     CUmemGenericAllocationHandle handle = 0;
+    enum cudaStreamCaptureMode mode = gp_cuda_relax();
     CUresult res = driver.create(&handle, size, &prop, 0);
+    gp_cuda_unrelax(mode);
     gp_cuda_device_leave(&ctx->cuda, prev);
     if (res != CUDA_SUCCESS) {
         const char *name, *why;
@@ -307,8 +311,10 @@ static int vmm_map(void *opaque, gp_devptr va, size_t size, gp_phys handle)
     int rc = gp_cuda_device_enter(&ctx->cuda, "map", &prev);
     if (rc != GP_OK)
         return rc;
+    enum cudaStreamCaptureMode mode = gp_cuda_relax(); /* growth may happen while a graph is captured */
     CUresult res = driver.map((CUdeviceptr)va, size, 0, (CUmemGenericAllocationHandle)handle, 0);
     if (res != CUDA_SUCCESS) {
+        gp_cuda_unrelax(mode);
         gp_cuda_device_leave(&ctx->cuda, prev);
         const char *name, *why;
         driver_error(res, &name, &why);
@@ -328,6 +334,7 @@ static int vmm_map(void *opaque, gp_devptr va, size_t size, gp_phys handle)
     if (res != CUDA_SUCCESS) {
         /* undo: a mapping nobody may access must not stay behind */
         CUresult undo = driver.unmap((CUdeviceptr)va, size);
+        gp_cuda_unrelax(mode);
         gp_cuda_device_leave(&ctx->cuda, prev);
         const char *name, *why;
         driver_error(res, &name, &why);
@@ -343,6 +350,7 @@ static int vmm_map(void *opaque, gp_devptr va, size_t size, gp_phys handle)
         }
         return GP_ERR_DEVICE;
     }
+    gp_cuda_unrelax(mode);
     gp_cuda_device_leave(&ctx->cuda, prev);
     return GP_OK;
 }
@@ -474,6 +482,7 @@ const gp_backend_ops gp_backend_vmm = {
     .event_query = gp_cuda_event_query,
     .event_synchronize = gp_cuda_event_synchronize,
     .stream_wait_event = gp_cuda_stream_wait_event,
+    .stream_capturing = gp_cuda_stream_capturing,
     .vm_granularity = vmm_granularity,
     .va_reserve = vmm_va_reserve,
     .va_release = vmm_va_release,

@@ -6,7 +6,8 @@
  *     segment->first->addr == segment->addr,  b->next->addr == b->addr + b->size,
  *     sum of the blocks' sizes == segment->size.
  * A block is LIVE (handed out), FREE (in its heap's free lists), QUICK (freed, small, kept whole on
- * its heap's quick list for the next request of its exact size), PENDING (freed, but waiting for
+ * its heap's quick list for the next request of its exact size), LENT (freed, small, in one thread's
+ * cache for its stream; never seen by a whole-pool walk, which takes it back first), PENDING (freed, but waiting for
  * events on other streams before it may return to the free lists) or, in a virtual range only,
  * UNMAPPED (whole pages with no physical memory behind them; on no list). Two FREE neighbours never
  * stand side by side: freeing coalesces them; neither do two UNMAPPED ones. In a virtual range,
@@ -33,7 +34,8 @@ typedef enum gp_block_state {
     GP_BLOCK_LIVE = 1,
     GP_BLOCK_PENDING = 2,
     GP_BLOCK_UNMAPPED = 3,
-    GP_BLOCK_QUICK = 4 /* free, but on its heap's quick list: not coalesced yet (heap.h) */
+    GP_BLOCK_QUICK = 4, /* free, but on its heap's quick list: not coalesced yet (heap.h) */
+    GP_BLOCK_LENT = 5   /* free, lent to a thread cache for its next allocation (provider/thread_cache.h) */
 } gp_block_state;
 
 #define GP_BLOCK_INLINE_USES 2

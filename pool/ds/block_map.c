@@ -37,9 +37,27 @@ static bool grow(gp_block_map *map)
 
 bool gp_block_map_reserve(gp_block_map *map)
 {
-    if ((map->count + 1) * 2 > map->capacity)
-        return grow(map);
+    while ((map->count + map->promised + 1) * 2 > map->capacity)
+        if (!grow(map))
+            return false;
     return true;
+}
+
+bool gp_block_map_promise(gp_block_map *map)
+{
+    if (!gp_block_map_reserve(map))
+        return false;
+    map->promised++;
+    return true;
+}
+
+void gp_block_map_insert_promised(gp_block_map *map, gp_block *b)
+{
+    assert(map->promised > 0);
+    map->promised--;
+    bool inserted = gp_block_map_insert(map, b); /* room was kept: no growth, no failure */
+    assert(inserted);
+    (void)inserted;
 }
 
 bool gp_block_map_insert(gp_block_map *map, gp_block *b)
@@ -98,7 +116,7 @@ void gp_block_map_free(gp_block_map *map)
 {
     free(map->slots);
     map->slots = NULL;
-    map->capacity = map->count = 0;
+    map->capacity = map->count = map->promised = 0;
 }
 
 bool gp_block_map_check(const gp_block_map *map, char *why, size_t len)

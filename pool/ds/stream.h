@@ -29,6 +29,7 @@
 #include "ds/size_class.h"
 
 struct gp_tenant;
+struct gp_tc_entry;
 
 /* One per (stream, tenant) pair: a tenant's memory on a stream is its own. */
 typedef struct gp_stream_state {
@@ -45,6 +46,8 @@ typedef struct gp_stream_state {
     gp_block *pending_tail;
     size_t pending_bytes;
     atomic_size_t pending_count; /* read without the lock to skip the pending scan */
+    /* Thread caches holding blocks of this stream (provider/thread_cache.h), linked under this lock. */
+    struct gp_tc_entry *lenders;
 
     /* Steal fence: an event recorded on this stream when another stream wants its free segments.
      * fence_dirty says a free happened since it was recorded. */

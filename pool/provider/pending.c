@@ -4,11 +4,13 @@
  * once every event has completed, which is asked here (event_query: never waited for, except at
  * destroy). Owner locked throughout.
  */
+#include "provider/capture_window.h"
 #include "provider/pending.h"
 
 #include <assert.h>
 
 #include "base/list.h"
+#include "provider/thread_cache.h"
 
 /* True when every event of the PENDING block b has completed; completed events go back to the pool. */
 static bool events_done(gp_pool_state *p, gp_block *b)
@@ -18,7 +20,8 @@ static bool events_done(gp_pool_state *p, gp_block *b)
     for (unsigned i = 0; i < b->use_count; i++) {
         if (events[i] == NULL)
             continue;
-        if (p->ops->event_query(p->ctx, events[i]) != GP_OK) { /* not ready, or a failed query: retry later */
+        if (gp_capture_underway() || /* cudaEventQuery is illegal while a graph is captured */
+            p->ops->event_query(p->ctx, events[i]) != GP_OK) { /* not ready, or a failed query: retry later */
             done = false;
             continue;
         }
@@ -52,6 +55,7 @@ void gp_collect_all_pending(gp_pool_state *p)
     for (unsigned i = 0; i < count; i++) {
         gp_stream_state *st = p->streams.by_index[i];
         pthread_mutex_lock(&st->lock);
+        gp_thread_cache_return(p, st);
         gp_pending_collect(p, st, 0);
         gp_heap_quick_flush(&st->small, &st->blocks);
         gp_heap_quick_flush(&st->large, &st->blocks);

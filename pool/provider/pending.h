@@ -15,26 +15,32 @@ static inline void gp_block_to_heap(gp_pool_state *p, gp_stream_state *owner, gp
 /* Moves PENDING blocks of st whose events have all completed back to its heap; scans at most `limit`
  * blocks (0 = all). st locked. */
 void gp_pending_collect(gp_pool_state *p, gp_stream_state *st, unsigned limit);
-/* Returns every stream's completed pending blocks and quick-listed blocks to its free lists
+/* Returns every stream's thread-cached, completed pending and quick-listed blocks to its free lists
  * (coalescing), so that wholly free segments and pages show. Pool lock held, no stream lock. */
 void gp_collect_all_pending(gp_pool_state *p);
 /* Waits for the events of st's pending blocks and returns them to the event pool (destroy only; st
  * locked). GP_OK or the first failure of event_synchronize. */
 int gp_pending_drain(gp_pool_state *p, gp_stream_state *st);
 
-/* Inline: the free fast path ends here. */
-static inline void gp_block_to_heap(gp_pool_state *p, gp_stream_state *owner, gp_block *b)
+/* gp_block_to_heap for a block whose completed free the history already has (provider/thread_cache.c). */
+static inline void gp_block_to_heap_noted(gp_pool_state *p, gp_stream_state *owner, gp_block *b)
 {
     assert(b->segment->owner == owner);
     uint64_t now = atomic_load_explicit(&p->coarse_now, memory_order_relaxed);
     gp_heap *heap = gp_heap_of(owner, b->segment->small);
     owner->fence_dirty = true;
     b->free_since = now;
-    gp_history_note(p, GP_HIST_FREE_COMPLETED, b->addr, b->requested, owner->handle, owner->tenant->index);
     if (gp_heap_quick_put(heap, b))
         return;
     gp_block *merged = gp_heap_release(heap, &owner->blocks, b);
     merged->free_since = now;
+}
+
+/* Inline: the free fast path ends here. */
+static inline void gp_block_to_heap(gp_pool_state *p, gp_stream_state *owner, gp_block *b)
+{
+    gp_history_note(p, GP_HIST_FREE_COMPLETED, b->addr, b->requested, owner->handle, owner->tenant->index);
+    gp_block_to_heap_noted(p, owner, b);
 }
 
 #endif /* GP_PENDING_H */

@@ -8,6 +8,7 @@
 
 #include "base/list.h"
 #include "provider/pool_state.h"
+#include "provider/thread_cache.h"
 
 void gp_segment_link(gp_pool_state *p, gp_segment *seg)
 {
@@ -26,6 +27,8 @@ void gp_lock_all_streams(gp_pool_state *p)
     unsigned count = atomic_load(&p->streams.count);
     for (unsigned i = 0; i < count; i++)
         pthread_mutex_lock(&p->streams.by_index[i]->lock);
+    for (unsigned i = 0; i < count; i++) /* a whole-pool walk sees no block in a thread cache */
+        gp_thread_cache_return(p, p->streams.by_index[i]);
 }
 
 void gp_unlock_all_streams(gp_pool_state *p)
@@ -69,6 +72,7 @@ void gp_flush_all(gp_pool_state *p)
     for (unsigned i = 0; i < count; i++) {
         gp_stream_state *st = p->streams.by_index[i];
         pthread_mutex_lock(&st->lock);
+        gp_thread_cache_return(p, st); /* the entries' unflushed deltas too */
         gp_flush(p, st);
         pthread_mutex_unlock(&st->lock);
     }

@@ -90,6 +90,13 @@ typedef struct gp_pool_state {
     atomic_size_t reserved, reserved_peak;
     atomic_uint_fast64_t num_device_allocs, num_device_frees, num_alloc_retries, num_ooms;
     atomic_uint_fast64_t num_stream_steals, num_stream_waits;
+
+    /* CUDA graph capture (api/capture.c): the private pools of this pool's graphs (NULL before the
+     * first gp_graph_pool_begin), and for a private pool itself: graph_child, and graph_window while
+     * its graph is being captured. */
+    struct gp_capture_pools *capture;
+    bool graph_child;
+    atomic_bool graph_window;
 } gp_pool_state;
 
 struct gp_pool {
@@ -111,7 +118,8 @@ void gp_segment_place(gp_pool_state *p, gp_segment *seg, gp_stream_state *st, ui
  * back by the provider. */
 void gp_segments_free_all(gp_pool_state *p);
 
-/* Locks / unlocks every stream in index order (caller holds the pool lock). */
+/* Locks / unlocks every stream in index order (caller holds the pool lock); locking also returns the
+ * blocks lent to thread caches (provider/thread_cache.h), so that a whole-pool walk sees them all. */
 void gp_lock_all_streams(gp_pool_state *p);
 void gp_unlock_all_streams(gp_pool_state *p);
 

@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "policy/cache_cap.h"
 #include "policy/segment_size.h"
+#include "provider/capture_window.h"
 #include "provider/pending.h"
 #include "provider/pool_ledger.h"
 #include "provider/provider.h"
@@ -23,6 +24,8 @@
 static bool fence_ready(gp_pool_state *p, gp_stream_state *st, bool *recorded)
 {
     *recorded = false;
+    if (gp_capture_underway()) /* no event record or query while a graph is captured */
+        return false;
     if (st->fence == NULL && gp_event_pool_get(&p->events, &st->fence) != GP_OK) {
         st->fence = NULL;
         return false;
@@ -143,6 +146,8 @@ static size_t release_free_segments(gp_pool_state *p, size_t want, size_t keep, 
     size_t released = 0;
     if (failed != NULL)
         *failed = GP_OK;
+    if (gp_capture_underway()) /* cudaFree synchronises the device: never while a graph is captured */
+        return 0;
     gp_segment *seg = p->segments_head;
     while (seg != NULL && released < want) {
         size_t cached = gp_cached_estimate(p);
@@ -177,7 +182,7 @@ static size_t release_free_segments(gp_pool_state *p, size_t want, size_t keep, 
 static void release_over_cap(gp_pool_state *p, size_t bytes, size_t cap, const gp_tenant *taker)
 {
     size_t reserved = atomic_load(&p->reserved);
-    if (cap == SIZE_MAX || reserved + bytes <= cap)
+    if (cap == SIZE_MAX || reserved + bytes <= cap || gp_capture_underway())
         return;
     size_t releasable = 0;
     for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
@@ -288,6 +293,8 @@ static int alloc_segments(gp_pool_state *p, gp_stream_state *st, size_t size, si
 static size_t release_idle_segments(gp_pool_state *p, uint64_t idle_before, int *failed)
 {
     size_t released = 0;
+    if (gp_capture_underway()) /* cudaFree synchronises the device: never while a graph is captured */
+        return 0;
     for (gp_segment *seg = p->segments_head, *next; seg != NULL; seg = next) {
         next = seg->next;
         if (seg->pages != NULL)

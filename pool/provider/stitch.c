@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "policy/cache_cap.h"
+#include "provider/capture_window.h"
 #include "provider/pages.h"
 #include "provider/pending.h"
 #include "provider/vmm.h"
@@ -17,6 +18,8 @@ size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *sp
                                bool release, int *rc, const gp_tenant *only, const gp_tenant *taker)
 {
     size_t got = 0;
+    if (gp_capture_underway()) /* unmapping synchronises the device: never while a graph is captured */
+        return 0;
     for (gp_segment *seg = p->segments_head; seg != NULL && got < want; seg = seg->next) {
         gp_stream_state *owner = seg->owner;
         if (seg->pages == NULL || seg->paused || (only != NULL && owner->tenant != only))

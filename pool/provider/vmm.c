@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "provider/capture_window.h"
 #include "provider/pending.h"
 #include "provider/provider.h"
 #include "provider/pages.h"
@@ -175,7 +176,7 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
         }
         spot = seg->first;
     }
-    if (p->cfg.defrag && pages > p->pooled_count)
+    if (p->cfg.defrag && pages > p->pooled_count && !gp_capture_underway()) /* stitching unmaps */
         gp_stitch(p, st, rsize, pages, spot);
     pthread_mutex_lock(&st->lock);
     assert(spot->state == GP_BLOCK_UNMAPPED); /* only pool-lock holders change UNMAPPED blocks */
@@ -361,6 +362,8 @@ static size_t release(gp_pool_state *p, size_t keep, uint64_t idle_before, int *
 {
     size_t before = atomic_load(&p->reserved);
     *failed = GP_OK;
+    if (gp_capture_underway()) /* unmapping synchronises the device: never while a graph is captured */
+        return 0;
     /* Pooled pages first: they are unmapped already. */
     size_t i = 0;
     while (i < p->pooled_count) {

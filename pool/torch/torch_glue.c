@@ -11,6 +11,9 @@
  *                                (what it gives back: the pool's empty_cache key, see below)
  *       set_memory_fraction_fn   void (double fraction, int device)      gp_torch_set_memory_fraction
  *       set_init_fn              void (int device_count)                 gp_torch_init
+ *       set_begin_allocate_to_pool   void (int, MempoolId_t, filter)    gp_torch_begin_allocate_to_pool
+ *       set_end_allocate_to_pool_fn  void (int, MempoolId_t)            gp_torch_end_allocate_to_pool
+ *       set_release_pool             void (int, MempoolId_t)            gp_torch_release_pool
  *
  * One pool per device, created on first use with gp_pool_create(device, NULL, NULL): the backend and
  * every other key come from GPUPOOL_CONF (backend default "cuda"). Pools live until the process ends
@@ -47,6 +50,9 @@ GP_API void gp_torch_record_stream(void *ptr, void *stream);
 GP_API void gp_torch_empty_cache(void);
 GP_API void gp_torch_set_memory_fraction(double fraction, int device);
 GP_API void gp_torch_init(int device_count);
+GP_API void gp_torch_begin_allocate_to_pool(int device, uint64_t id_first, uint64_t id_second, const void *filter);
+GP_API void gp_torch_end_allocate_to_pool(int device, uint64_t id_first, uint64_t id_second);
+GP_API void gp_torch_release_pool(int device, uint64_t id_first, uint64_t id_second);
 GP_API gp_pool *gp_torch_pool(int device);
 GP_API int gp_torch_get_pool(int device, gp_pool **out);
 GP_API gp_pool *gp_torch_pool_peek(int device);
@@ -244,6 +250,43 @@ void gp_torch_set_memory_fraction(double fraction, int device)
 void gp_torch_init(int device_count)
 {
     atomic_store_explicit(&g_device_count, device_count, memory_order_relaxed);
+}
+
+/*
+ * CUDA graph capture (torch.cuda.graph and everything built on it): PyTorch calls begin before a
+ * capture, end after it and release when the graphs sharing a pool are gone; they map to
+ * gp_graph_pool_begin / end / release (pool/api/capture.c). PyTorch's signatures are
+ *     void(int device, MempoolId_t id, std::function<bool(cudaStream_t)> filter), void(int, MempoolId_t)
+ * with MempoolId_t a std::pair<unsigned long long, unsigned long long>: trivially copyable, so the
+ * x86-64 and AArch64 C++ ABIs pass it as two integer registers, as the two uint64_t here; the
+ * std::function (not trivially copyable) is passed as a pointer, which C cannot call: gpupool routes
+ * every capturing stream of the device to the open graph pool instead of asking the filter.
+ */
+static uint64_t graph_pool_id(uint64_t first, uint64_t second)
+{
+    return first * 0x9E3779B97F4A7C15ull ^ second; /* distinct pairs give distinct ids in practice */
+}
+
+void gp_torch_begin_allocate_to_pool(int device, uint64_t id_first, uint64_t id_second, const void *filter)
+{
+    (void)filter;
+    gp_pool *pool = pool_of(device, "gp_torch_begin_allocate_to_pool");
+    if (pool == NULL || gp_graph_pool_begin(pool, graph_pool_id(id_first, id_second)) != GP_OK)
+        remember_failure(1);
+}
+
+void gp_torch_end_allocate_to_pool(int device, uint64_t id_first, uint64_t id_second)
+{
+    gp_pool *pool = pool_of(device, "gp_torch_end_allocate_to_pool");
+    if (pool == NULL || gp_graph_pool_end(pool, graph_pool_id(id_first, id_second)) != GP_OK)
+        remember_failure(1);
+}
+
+void gp_torch_release_pool(int device, uint64_t id_first, uint64_t id_second)
+{
+    gp_pool *pool = pool_of(device, "gp_torch_release_pool");
+    if (pool == NULL || gp_graph_pool_release(pool, graph_pool_id(id_first, id_second)) != GP_OK)
+        remember_failure(1);
 }
 
 gp_pool *gp_torch_pool(int device)

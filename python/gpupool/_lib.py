@@ -143,6 +143,9 @@ _SIG = {
     "gp_torch_empty_cache": (None, []),
     "gp_torch_set_memory_fraction": (None, [_c.c_double, _c.c_int]),
     "gp_torch_init": (None, [_c.c_int]),
+    "gp_torch_begin_allocate_to_pool": (None, [_c.c_int, _c.c_uint64, _c.c_uint64, _P]),
+    "gp_torch_end_allocate_to_pool": (None, [_c.c_int, _c.c_uint64, _c.c_uint64]),
+    "gp_torch_release_pool": (None, [_c.c_int, _c.c_uint64, _c.c_uint64]),
     "gp_torch_pool": (_P, [_c.c_int]),
     "gp_torch_get_pool": (_c.c_int, [_c.c_int, _c.POINTER(_P)]),
     "gp_torch_pool_peek": (_P, [_c.c_int]),
@@ -160,6 +163,10 @@ TORCH_HOOKS = {
     "set_reset_fn": "gp_torch_empty_cache",
     "set_memory_fraction_fn": "gp_torch_set_memory_fraction",
     "set_init_fn": "gp_torch_init",
+    # CUDA graph capture: a private pool per graph (pool/api/capture.c)
+    "set_begin_allocate_to_pool": "gp_torch_begin_allocate_to_pool",
+    "set_end_allocate_to_pool_fn": "gp_torch_end_allocate_to_pool",
+    "set_release_pool": "gp_torch_release_pool",
 }
 
 

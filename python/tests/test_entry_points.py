@@ -163,6 +163,23 @@ class Hooks(SimTestCase):
         self.assertEqual(gpupool.failures(), 1)
         self.free(p)
 
+    def test_graph_pool_hooks_open_end_and_release_a_private_pool(self):
+        # The sim never captures, so no allocation is routed; the hooks' bookkeeping is what is checked
+        # here (the routing itself: tests/conformance on the CUDA emulation).
+        self.lib.gp_torch_begin_allocate_to_pool(0, 5, 0, None)
+        self.assertEqual(gpupool.failures(), 0, gpupool.last_error())
+        with captured_stderr():
+            self.lib.gp_torch_begin_allocate_to_pool(0, 6, 0, None)  # one window at a time
+        self.assertEqual(gpupool.failures(), 1)
+        self.assertIn("is open", gpupool.last_error())
+        self.lib.gp_torch_end_allocate_to_pool(0, 5, 0)
+        self.lib.gp_torch_release_pool(0, 5, 0)
+        self.assertEqual(gpupool.failures(), 1, gpupool.last_error())
+        with captured_stderr():
+            self.lib.gp_torch_release_pool(0, 5, 0)  # released already
+        self.assertEqual(gpupool.failures(), 2)
+        self.assertIn("no such graph pool", gpupool.last_error())
+
     def test_empty_cache_gives_every_free_segment_back(self):
         gpupool.release_all()
         os.environ["GPUPOOL_CONF"] = SIM_CONF + ",empty_cache:trim"  # PyTorch's behaviour (not the default)

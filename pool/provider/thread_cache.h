@@ -1,0 +1,243 @@
+/*
+ * thread_cache.h — a per-thread cache of small freed blocks in front of the stream lock (as
+ * jemalloc's tcache and mimalloc's thread-local pages): the cached allocate+free pair on one stream
+ * takes no stream lock and touches no shared map.
+ *
+ * Each thread has up to GP_TC_ENTRIES entries, one per (pool serial, stream state) — the stream state
+ * is the (stream, tenant) pair, so the key is pool + stream + tenant. An entry holds blocks LENT to it
+ * by its stream, at most GP_TC_LENT_MAX of them, each of fewer than GP_TC_CLASSES granules:
+ *   - free ones (state LENT) on a list per exact size, filled when a free on the stream's own path
+ *     would have put the block on the stream's quick list, and
+ *   - the ones it handed out (state LIVE) in its own address map, which its thread's next free of
+ *     that address on that stream finds without the stream lock.
+ *
+ * Stream ordering. A block lent by stream S reaches only allocations on S by the thread that holds
+ * it: it was freed on S with no use on another stream (a free with other uses goes PENDING and is
+ * never lent), and later work on S is ordered after the free. Other streams get it only after it went
+ * back to S's heap, through the events of the ordinary paths.
+ *
+ * Invariant (the entry's lock held; all of it holds again for S once its lenders are returned):
+ *   lent == blocks on the free lists + blocks in the live map <= GP_TC_LENT_MAX;
+ *   S->live.promised >= lent (each lent block keeps a slot of S's map, so returning cannot fail);
+ *   S's counters plus the entry's deltas (allocations and frees per heap kind with their bytes,
+ *   requested bytes, the unflushed delta, size classes) are what they would be without the cache.
+ * The entry's blocks are invisible to the structures of S only between returns: every whole-pool walk
+ * (gp_lock_all_streams: stats, gp_check, tenant snapshots, pause, destroy), every collection before a
+ * growth or trim (gp_collect_all_pending), and every lookup of an address that S's map misses (a free
+ * or record_stream from another thread or stream) first returns the lenders of the stream, so stats
+ * and gp_check stay exact and no block is out of reach of another thread.
+ *
+ * Locks: an entry's lock belongs to its whole thread cache (one per thread); its thread takes it on
+ * each cached call, others only to return its blocks. Lock order: stream lock, then the thread
+ * cache's lock; the thread takes a stream lock while holding its own only by trylock. Thread exit and
+ * pool destroy are ordered by one process-wide lock taken before any pool lock.
+ */
+#ifndef GP_THREAD_CACHE_H
+#define GP_THREAD_CACHE_H
+
+#include <assert.h>
+#include <stdbool.h>
+
+#include "provider/pool_state.h"
+
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define GP_TC_CLASSES 16  /* blocks of 1..15 granules (512 B to 7.5 KiB), as the quick lists */
+#define GP_TC_LENT_MAX 64 /* blocks one entry holds, free and handed out together */
+#define GP_TC_SLOTS (2 * GP_TC_LENT_MAX) /* the live map: a power of two, never more than half full */
+#define GP_TC_ENTRIES 4   /* (pool, stream, tenant) keys one thread caches at once */
+#define GP_TC_BUCKETS 6   /* requests below GP_TC_CLASSES granules fall in the first stats buckets */
+
+typedef struct gp_tc_entry {
+    struct gp_thread_cache *cache;
+    gp_pool_state *pool; /* NULL with st: the entry is unused */
+    gp_stream_state *st;
+    uint64_t pool_serial;
+    struct gp_tc_entry *lender_prev, *lender_next; /* st->lenders, under st's lock */
+    gp_block *free[GP_TC_CLASSES]; /* LENT blocks of g granules, through list_next */
+    unsigned lent;                 /* see the invariant above */
+    gp_block *live[GP_TC_SLOTS];   /* the blocks it handed out, by address (linear probing) */
+    unsigned live_count;
+    /* What st's counters lack (added to them when the entry returns its blocks): allocations and
+     * frees per heap kind ([segment->small]) and their rounded bytes, from which the counts and the
+     * allocated delta follow; requested bytes; the allocated delta not yet in the pool's shared total. */
+    uint64_t kind_allocs[2], kind_frees[2], kind_alloc_bytes[2], kind_free_bytes[2];
+    int64_t requested, unflushed;
+    uint64_t size_class_allocs[GP_TC_BUCKETS];
+} gp_tc_entry;
+
+typedef struct gp_thread_cache {
+    atomic_int lock; /* 1 while held: by its thread on each call, by others to return its blocks */
+    unsigned next_victim;
+    gp_tc_entry entries[GP_TC_ENTRIES];
+} gp_thread_cache;
+
+/* The calling thread's cache (NULL until its first lend). */
+extern _Thread_local gp_thread_cache *gp_tls_thread_cache;
+
+/* Held for a few dozen instructions and never across a call that waits, so a waiter yields. */
+static inline void gp_tc_lock(gp_thread_cache *c)
+{
+    while (atomic_exchange_explicit(&c->lock, 1, memory_order_acquire) != 0)
+        sched_yield();
+}
+
+static inline void gp_tc_unlock(gp_thread_cache *c)
+{
+    atomic_store_explicit(&c->lock, 0, memory_order_release);
+}
+
+/* c's entry for st of p, or NULL (c locked). */
+static inline gp_tc_entry *gp_tc_entry_of(gp_thread_cache *c, const gp_pool_state *p, const gp_stream_state *st)
+{
+    for (unsigned i = 0; i < GP_TC_ENTRIES; i++) {
+        gp_tc_entry *e = &c->entries[i];
+        if (e->st == st && e->pool_serial == p->serial)
+            return e;
+    }
+    return NULL;
+}
+
+/* The live map's home slot of addr (512-aligned: the low bits say nothing). */
+static inline unsigned gp_tc_home(uintptr_t addr)
+{
+    return (unsigned)((addr >> 9) ^ (addr >> 16)) & (GP_TC_SLOTS - 1);
+}
+
+static inline void gp_tc_live_insert(gp_tc_entry *e, gp_block *b)
+{
+    unsigned s = gp_tc_home(b->addr);
+    while (e->live[s] != NULL)
+        s = (s + 1) & (GP_TC_SLOTS - 1);
+    e->live[s] = b;
+    e->live_count++;
+}
+
+/* Removes and returns the block at addr, or NULL; the backward shift keeps every probe run whole. */
+static inline gp_block *gp_tc_live_remove(gp_tc_entry *e, uintptr_t addr)
+{
+    unsigned s = gp_tc_home(addr);
+    while (e->live[s] != NULL && e->live[s]->addr != addr)
+        s = (s + 1) & (GP_TC_SLOTS - 1);
+    gp_block *found = e->live[s];
+    if (found == NULL)
+        return NULL;
+    unsigned hole = s;
+    for (unsigned next = (hole + 1) & (GP_TC_SLOTS - 1); e->live[next] != NULL; next = (next + 1) & (GP_TC_SLOTS - 1)) {
+        unsigned home = gp_tc_home(e->live[next]->addr);
+        bool movable = hole <= next ? (home <= hole || home > next) : (home <= hole && home > next);
+        if (movable) {
+            e->live[hole] = e->live[next];
+            hole = next;
+        }
+    }
+    e->live[hole] = NULL;
+    e->live_count--;
+    return found;
+}
+
+/* Adds `bytes` allocated to the entry as gp_account does to a stream (pool_state.h): the shared total
+ * lags by less than GP_FLUSH_BYTES per entry, and the peaks are raised the same way. */
+static inline void gp_tc_account_alloc(gp_pool_state *p, gp_tc_entry *e, size_t bytes)
+{
+    e->unflushed += (int64_t)bytes;
+    int64_t shared = atomic_load_explicit(&p->allocated_flushed, memory_order_relaxed);
+    if (e->unflushed >= GP_FLUSH_BYTES) {
+        shared = atomic_fetch_add_explicit(&p->allocated_flushed, e->unflushed, memory_order_relaxed) + e->unflushed;
+        e->unflushed = 0;
+    }
+    gp_raise_peak(&p->allocated_peak, (size_t)(shared + e->unflushed));
+    gp_raise_peak(&p->window_peak, (size_t)(shared + e->unflushed));
+}
+
+static inline void gp_tc_account_free(gp_pool_state *p, gp_tc_entry *e, size_t bytes)
+{
+    e->unflushed -= (int64_t)bytes;
+    if (e->unflushed <= -GP_FLUSH_BYTES) {
+        atomic_fetch_add_explicit(&p->allocated_flushed, e->unflushed, memory_order_relaxed);
+        e->unflushed = 0;
+    }
+}
+
+/* A LIVE block handed out by the calling thread's entry for st (rsize bytes), accounted as an
+ * allocation of `size` bytes on st; NULL when the entry has none of that size. */
+static inline gp_block *gp_thread_cache_take(gp_pool_state *p, gp_stream_state *st, size_t size, size_t rsize)
+{
+    gp_thread_cache *c = gp_tls_thread_cache;
+    size_t g = rsize / GP_GRANULE;
+    if (c == NULL || g >= GP_TC_CLASSES)
+        return NULL;
+    gp_tc_lock(c);
+    gp_tc_entry *e = gp_tc_entry_of(c, p, st);
+    gp_block *b = e != NULL ? e->free[g] : NULL;
+    if (b != NULL) {
+        assert(b->state == GP_BLOCK_LENT && b->size == rsize && b->use_count == 0);
+        e->free[g] = b->list_next;
+        b->list_next = NULL;
+        b->state = GP_BLOCK_LIVE;
+        b->requested = size;
+        gp_tc_live_insert(e, b);
+        bool kind = b->segment->small;
+        e->kind_allocs[kind]++;
+        e->kind_alloc_bytes[kind] += rsize;
+        e->requested += (int64_t)size;
+        e->size_class_allocs[gp_stats_bucket(size)]++; /* < GP_TC_BUCKETS: size < 8 KiB */
+        gp_tc_account_alloc(p, e, rsize);
+        gp_history_note(p, GP_HIST_ALLOC, b->addr, size, st->handle, st->tenant->index);
+    }
+    gp_tc_unlock(c);
+    return b;
+}
+
+/* Frees the block at addr if the calling thread's entry for st handed it out: true, with its
+ * requested size in *requested; false (nothing changed) otherwise. */
+static inline bool gp_thread_cache_give(gp_pool_state *p, gp_stream_state *st, uintptr_t addr, size_t *requested)
+{
+    gp_thread_cache *c = gp_tls_thread_cache;
+    if (c == NULL)
+        return false;
+    gp_tc_lock(c);
+    gp_tc_entry *e = gp_tc_entry_of(c, p, st);
+    gp_block *b = e != NULL && e->live_count > 0 ? gp_tc_live_remove(e, addr) : NULL;
+    if (b != NULL) {
+        /* No use on another stream: record_stream finds the block only after the entry returned it. */
+        assert(b->use_count == 0);
+        *requested = b->requested;
+        bool kind = b->segment->small;
+        e->kind_frees[kind]++;
+        e->kind_free_bytes[kind] += b->size;
+        e->requested -= (int64_t)b->requested;
+        gp_tc_account_free(p, e, b->size);
+        if (atomic_load_explicit(&p->history_on, memory_order_relaxed)) {
+            /* requested and completed at once: the next allocation on st may reuse it */
+            gp_history_note(p, GP_HIST_FREE_REQUESTED, b->addr, b->requested, st->handle, st->tenant->index);
+            gp_history_note(p, GP_HIST_FREE_COMPLETED, b->addr, b->requested, st->handle, st->tenant->index);
+        }
+        b->requested = 0;
+        b->state = GP_BLOCK_LENT;
+        size_t g = b->size / GP_GRANULE;
+        b->list_next = e->free[g];
+        e->free[g] = b;
+    }
+    gp_tc_unlock(c);
+    return b != NULL;
+}
+
+/* Offers b (just freed on st's own stream with no other use, retired, on no list; st locked) to the
+ * calling thread's entry for st. false: not taken (too large, full, no entry, host memory out). */
+bool gp_thread_cache_lend(gp_pool_state *p, gp_stream_state *st, gp_block *b);
+
+/* Returns every block lent by st (locked) to any thread: live ones to st's map, free ones to its heap,
+ * the entries' deltas to st's counters. True when anything came back. */
+bool gp_thread_cache_return(gp_pool_state *p, gp_stream_state *st);
+
+/* Pool destroy: gp_thread_cache_destroy_begin before the pool lock (it orders destroy with thread
+ * exit); gp_thread_cache_forget with every stream locked (after the returns of gp_lock_all_streams)
+ * detaches every entry of the pool; gp_thread_cache_destroy_end when the pool is gone. */
+void gp_thread_cache_destroy_begin(void);
+void gp_thread_cache_forget(gp_pool_state *p);
+void gp_thread_cache_destroy_end(void);
+
+#endif /* GP_THREAD_CACHE_H */

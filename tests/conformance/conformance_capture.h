@@ -1,0 +1,134 @@
+/*
+ * conformance_capture.h — the graph capture case of conformance.c (included there).
+ *
+ * On the CUDA emulation: a capture on a stream the pool serves. The pool must call nothing illegal
+ * (the capture stays valid: the emulation invalidates it and counts a violation otherwise), refuse the
+ * capturing stream's allocations and frees with a message that says so, and memory allocated before
+ * the capture must stay the graph's across replays with other allocations in between (contents
+ * checked after each replay). Then the same inside a graph pool window (gp_graph_pool_begin/end):
+ * the capture allocates from a private pool, frees inside it are reused inside it only, replays with
+ * other allocations in between keep the graph's memory to the graph, and the release hook gives the
+ * private pool back once its blocks are freed.
+ */
+static bool overlaps(void *a, size_t alen, void *b, size_t blen)
+{
+    return (uintptr_t)a < (uintptr_t)b + blen && (uintptr_t)b < (uintptr_t)a + alen;
+}
+
+static void capture_in_a_graph_pool(void)
+{
+#if CONF_EMU
+    conf_dev d;
+    if (open_dev(&d, 0, "") != GP_OK)
+        return;
+    gp_stream s = stream_new(&d), other = stream_new(&d);
+    void *before = NULL, *g1 = NULL, *g2 = NULL, *g3 = NULL, *side = NULL;
+    CHECK(POOL(gp_alloc(d.pool, &before, 4 * MIB, s)) == GP_OK, "alloc before: %s", gp_last_error());
+    kernel(&d, s, before, 4 * MIB, GP_SIM_WRITE, 1, 100);
+    void *pending = NULL; /* a cross-stream free: its event would be queried by the next allocation */
+    CHECK(POOL(gp_alloc(d.pool, &pending, 2 * MIB, other)) == GP_OK, "alloc: %s", gp_last_error());
+    CHECK(POOL(gp_record_stream(d.pool, pending, s)) == GP_OK, "record_stream");
+    CHECK(POOL(gp_free(d.pool, pending, other)) == GP_OK, "free");
+    CHECK(POOL(gp_graph_pool_begin(d.pool, 7)) == GP_OK, "begin: %s", gp_last_error());
+    CHECK(POOL(gp_graph_pool_begin(d.pool, 8)) == GP_ERR_INVALID, "a second window is refused");
+    CHECK(cudaStreamBeginCapture((cudaStream_t)s, cudaStreamCaptureModeGlobal) == cudaSuccess, "capture");
+    CHECK(POOL(gp_alloc(d.pool, &g1, 5 * MIB, s)) == GP_OK, "alloc in capture: %s", gp_last_error());
+    kernel(&d, s, g1, 5 * MIB, GP_SIM_WRITE, 11, 100);
+    CHECK(POOL(gp_alloc(d.pool, &g2, 1 * MIB, s)) == GP_OK, "alloc in capture: %s", gp_last_error());
+    kernel(&d, s, g2, 1 * MIB, GP_SIM_WRITE, 12, 100);
+    CHECK(POOL(gp_free(d.pool, g2, s)) == GP_OK, "free in capture: %s", gp_last_error());
+    CHECK(POOL(gp_alloc(d.pool, &g3, 1 * MIB, s)) == GP_OK, "alloc in capture: %s", gp_last_error());
+    kernel(&d, s, g3, 1 * MIB, GP_SIM_WRITE, 13, 100); /* may reuse g2: ordered inside the graph */
+    CHECK(POOL(gp_free(d.pool, before, s)) == GP_OK, "a pre-capture block freed in capture: deferred");
+    CHECK(POOL(gp_alloc(d.pool, &side, 3 * MIB, other)) == GP_OK, "a non-capturing stream during the capture: %s",
+          gp_last_error());
+    CHECK(!overlaps(side, 3 * MIB, g1, 5 * MIB) && !overlaps(side, 3 * MIB, g3, MIB), "side got graph memory");
+    CHECK(!overlaps(side, 3 * MIB, before, 4 * MIB), "the deferred free was reused during the capture");
+    kernel(&d, other, side, 3 * MIB, GP_SIM_WRITE, 14, 100);
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    CHECK(cudaStreamEndCapture((cudaStream_t)s, &graph) == cudaSuccess && graph != NULL, "a valid graph");
+    CHECK(POOL(gp_graph_pool_end(d.pool, 7)) == GP_OK, "end: %s", gp_last_error());
+    CHECK(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess, "instantiate");
+    for (int replay = 0; replay < 3; replay++) {
+        void *q[6] = {0};
+        for (int i = 0; i < 6; i++) {
+            CHECK(POOL(gp_alloc(d.pool, &q[i], (size_t)(i + 1) * MIB, i % 2 ? s : other)) == GP_OK, "alloc: %s",
+                  gp_last_error());
+            CHECK(!overlaps(q[i], (size_t)(i + 1) * MIB, g1, 5 * MIB) && !overlaps(q[i], (size_t)(i + 1) * MIB, g3, MIB),
+                  "graph memory handed out after the capture");
+            kernel(&d, i % 2 ? s : other, q[i], (size_t)(i + 1) * MIB, GP_SIM_WRITE, 500 + (uint64_t)i, 10);
+        }
+        stream_sync(&d, other);
+        CHECK(cudaGraphLaunch(exec, (cudaStream_t)s) == cudaSuccess, "replay");
+        kernel(&d, s, g1, 5 * MIB, GP_SIM_CHECK, 11, 10);
+        kernel(&d, s, g3, 1 * MIB, GP_SIM_CHECK, 13, 10);
+        for (int i = 0; i < 6; i++) {
+            kernel(&d, i % 2 ? s : other, q[i], (size_t)(i + 1) * MIB, GP_SIM_CHECK, 500 + (uint64_t)i, 10);
+            CHECK(POOL(gp_free(d.pool, q[i], i % 2 ? s : other)) == GP_OK, "free");
+        }
+        stream_sync(&d, s);
+    }
+    CHECK(cudaGraphExecDestroy(exec) == cudaSuccess && cudaGraphDestroy(graph) == cudaSuccess, "graph gone");
+    CHECK(POOL(gp_graph_pool_release(d.pool, 7)) == GP_OK, "release: %s", gp_last_error());
+    CHECK(POOL(gp_free(d.pool, g1, s)) == GP_OK, "free of a graph block after release: %s", gp_last_error());
+    CHECK(POOL(gp_free(d.pool, g3, s)) == GP_OK, "free of a graph block after release: %s", gp_last_error());
+    CHECK(POOL(gp_free(d.pool, side, other)) == GP_OK, "free");
+    CHECK(POOL(gp_graph_pool_release(d.pool, 7)) == GP_ERR_INVALID, "the graph pool is gone");
+    CHECK(POOL(gp_check(d.pool)) == GP_OK, "gp_check: %s", gp_last_error());
+    sync_dev(&d);
+    CHECK(mismatches(&d) == 0, "graph memory was disturbed");
+    close_dev(&d, true);
+#endif
+}
+
+static void case_capture(void)
+{
+#if CONF_EMU
+    if (!cuda_api) {
+        printf("     (capture: the sims have no graph capture)\n");
+        return;
+    }
+    conf_dev d;
+    if (open_dev(&d, 0, "") != GP_OK)
+        return;
+    gp_stream s = stream_new(&d), other = stream_new(&d);
+    void *buf = NULL, *tmp = NULL;
+    CHECK(POOL(gp_alloc(d.pool, &buf, 6 * MIB, s)) == GP_OK, "alloc before capture: %s", gp_last_error());
+    CHECK(cudaStreamBeginCapture((cudaStream_t)s, cudaStreamCaptureModeGlobal) == cudaSuccess, "begin capture");
+    int rc = POOL(gp_alloc(d.pool, &tmp, 2 * MIB, s));
+    CHECK(rc == GP_ERR_INVALID && tmp == NULL && strstr(gp_last_error(), "capturing") != NULL,
+          "allocation during capture, no window: refused with a clear message: %d %s", rc, gp_last_error());
+    CHECK(POOL(gp_free(d.pool, buf, s)) == GP_ERR_INVALID, "free on the capturing stream refused");
+    kernel(&d, s, buf, 6 * MIB, GP_SIM_WRITE, 5, 1000); /* captured */
+    enum cudaStreamCaptureStatus status;
+    CHECK(cudaStreamIsCapturing((cudaStream_t)s, &status) == cudaSuccess && status == cudaStreamCaptureStatusActive,
+          "the pool made no call that invalidated the capture");
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    CHECK(cudaStreamEndCapture((cudaStream_t)s, &graph) == cudaSuccess && graph != NULL, "a valid graph");
+    CHECK(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess, "instantiate");
+    for (int replay = 0; replay < 3; replay++) {
+        void *q[4] = {0};
+        for (int i = 0; i < 4; i++) { /* other allocations between replays, on another stream */
+            CHECK(POOL(gp_alloc(d.pool, &q[i], 3 * MIB, other)) == GP_OK, "alloc between replays: %s", gp_last_error());
+            CHECK(q[i] != buf, "the graph's memory was handed out again");
+            kernel(&d, other, q[i], 3 * MIB, GP_SIM_WRITE, 900 + (uint64_t)i, 100);
+        }
+        CHECK(cudaGraphLaunch(exec, (cudaStream_t)s) == cudaSuccess, "replay %d", replay);
+        kernel(&d, s, buf, 6 * MIB, GP_SIM_CHECK, 5, 10);
+        for (int i = 0; i < 4; i++) {
+            kernel(&d, other, q[i], 3 * MIB, GP_SIM_CHECK, 900 + (uint64_t)i, 10);
+            CHECK(POOL(gp_free(d.pool, q[i], other)) == GP_OK, "free");
+        }
+    }
+    CHECK(cudaGraphExecDestroy(exec) == cudaSuccess && cudaGraphDestroy(graph) == cudaSuccess, "graph destroyed");
+    CHECK(POOL(gp_free(d.pool, buf, s)) == GP_OK, "free after the graph is gone: %s", gp_last_error());
+    sync_dev(&d);
+    CHECK(mismatches(&d) == 0, "replays and other allocations disturbed each other's contents");
+    close_dev(&d, true);
+    capture_in_a_graph_pool();
+#else
+    printf("     (capture: needs the CUDA emulation, or torch.cuda.graph in bench/gpu/run.sh)\n");
+#endif
+}
