@@ -8,6 +8,7 @@
  * (0 success, 1 failure, 2 usage error). */
 int gp_cmd_replay(int argc, char **argv);
 int gp_cmd_demo(int argc, char **argv);
+int gp_cmd_plan(int argc, char **argv);
 /* cmd_ledger.c: the per-GPU ledger */
 int gp_cmd_budget(int argc, char **argv);
 int gp_cmd_top(int argc, char **argv);

@@ -68,7 +68,13 @@ static int parse_args(const char *cmd, int argc, char **argv, ledger_args *a)
         } else if (i + 1 < argc && strcmp(arg, "--port-file") == 0) {
             a->port_file = argv[++i];
         } else if (i + 1 < argc && strcmp(arg, "--scrapes") == 0) {
-            a->scrapes = atoi(argv[++i]);
+            char *end = NULL;
+            long n = strtol(argv[++i], &end, 10);
+            if (end == argv[i] || *end != '\0' || n < 0 || n > 1000000000) {
+                fprintf(stderr, "gpupool %s: --scrapes %s: expected a count from 0 up\n", cmd, argv[i]);
+                return 2;
+            }
+            a->scrapes = (int)n;
         } else {
             fprintf(stderr, "gpupool %s: unknown option %s (try gpupool %s --help)\n", cmd, arg, cmd);
             return 2;
@@ -289,7 +295,13 @@ int gp_cmd_exporter(int argc, char **argv)
     }
     memcpy(host, a.listen, (size_t)(colon - a.listen));
     host[colon - a.listen] = '\0';
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+    char *port_end = NULL;
+    long port = strtol(colon + 1, &port_end, 10);
+    if (port_end == colon + 1 || *port_end != '\0' || port < 0 || port > 65535) {
+        fprintf(stderr, "gpupool exporter: --listen %s: '%s' is not a port (0 to 65535)\n", a.listen, colon + 1);
+        return 2;
+    }
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     if (inet_pton(AF_INET, host, &addr.sin_addr) != 1) {
         fprintf(stderr, "gpupool exporter: --listen %s: '%s' is not an IPv4 address\n", a.listen, host);
         return 2;

@@ -12,6 +12,7 @@
 #include "base/error.h"
 #include "base/format.h"
 #include "replay.h"
+#include "replay_compare.h"
 #include "replay_models.h"
 #include "svg.h"
 #include "trace.h"
@@ -35,6 +36,8 @@ static const char replay_usage[] =
     "                        (as a training loop would); time per event is the median over passes\n"
     "  --json                print exactly one JSON object on stdout\n"
     "  --plot FILE.svg       draw live and reserved bytes over the replay(s) into FILE.svg\n"
+    "  --compare pytorch     also replay each trace under PyTorch's caching-allocator policy (default and\n"
+    "                        expandable segments) and print its peak reserved beside gpupool's\n"
     "  --snapshot FILE.pickle\n"
     "                        at the end of the last pass, write the pool as PyTorch's memory snapshot\n"
     "                        (segments, blocks and the device trace of the last pass, each model's name\n"
@@ -181,7 +184,7 @@ static void print_json_trace(FILE *f, const gp_trace *t, const gp_replay_result 
     json_string(f, conf);
     fputs(",\"first_failure\":", f);
     json_string(f, r->first_failure);
-    fprintf(f, ",\"pool\":%s}", r->stats_json[0] ? r->stats_json : "null");
+    fprintf(f, ",\"pool\":%s", r->stats_json[0] ? r->stats_json : "null"); /* the caller closes it */
 }
 
 /*
@@ -217,6 +220,7 @@ int gp_cmd_replay(int argc, char **argv)
     const char *dm = GP_REPLAY_DEFAULT_DEVICE_MEMORY;
     const char *conf = "";
     const char *plot = NULL;
+    const char *compare = NULL;
     unsigned repeat = 1;
     int json = 0, repeat_given = 0, processes = 0;
     double speed = 0;
@@ -253,9 +257,9 @@ int gp_cmd_replay(int argc, char **argv)
             break;
         }
         const char *names[] = {"--device-memory", "--conf", "--repeat", "--plot", "--model", "--snapshot-format",
-                               "--snapshot", "--speed"};
+                               "--snapshot", "--speed", "--compare"};
         int which = -1;
-        for (int k = 0; k < 8; k++) {
+        for (int k = 0; k < 9; k++) {
             size_t n = strlen(names[k]);
             if (strncmp(a, names[k], n) == 0 && (a[n] == '\0' || a[n] == '=')) {
                 which = k;
@@ -314,6 +318,14 @@ int gp_cmd_replay(int argc, char **argv)
                 free(model_specs);
                 return 2;
             }
+        } else if (which == 8) {
+            char err[256];
+            if (gp_compare_check(value, err, sizeof err) != 0) {
+                fprintf(stderr, "gpupool replay: %s\n", err);
+                free(model_specs);
+                return 2;
+            }
+            compare = value;
         } else {
             plot = value;
         }
@@ -411,6 +423,12 @@ int gp_cmd_replay(int argc, char **argv)
             if (snapshot != NULL)
                 printf("  snapshot              written to %s\n", snapshot);
         }
+        if (compare != NULL && gp_compare_pytorch_print(stdout, &trace, res, json, err, sizeof err) != 0) {
+            fprintf(stderr, "gpupool replay: %s\n", err);
+            status = 1;
+        }
+        if (json)
+            fputc('}', stdout);
         if (res->failed_frees > 0) { /* the blocks stayed live and were freed at each pass's end */
             fprintf(stderr, "gpupool replay: %s: %llu free%s failed (first: %s)\n", path,
                     (unsigned long long)res->failed_frees, res->failed_frees == 1 ? "" : "s", res->first_failure);
@@ -431,8 +449,10 @@ int gp_cmd_replay(int argc, char **argv)
                 fprintf(stderr, "gpupool replay: out of host memory\n");
                 status = 1;
             } else {
-                for (size_t b = 0; b < pd->buckets; b++)
-                    pd->x[b] = pd->total ? (double)((b * pd->total + pd->buckets - 1) / pd->buckets) : 0.0;
+                for (size_t b = 0; b < pd->buckets; b++) {
+                    size_t event = (b * pd->total + pd->buckets - 1) / pd->buckets; /* rounded up */
+                    pd->x[b] = (double)event;
+                }
                 opt.observe = plot_observe;
                 opt.opaque = pd;
                 opt.snapshot = NULL; /* written by the timed run */
@@ -442,7 +462,7 @@ int gp_cmd_replay(int argc, char **argv)
                 }
                 snprintf(titles[ti], 512, "%s: peak reserved / peak live = %.3f, %u pass%s",
                          base_name(path), res->reserved_over_live, repeat, repeat == 1 ? "" : "es");
-                gp_svg_series *s = &series[ti * 3];
+                gp_svg_series *s = &series[(size_t)ti * 3];
                 s[0] = (gp_svg_series){.name = "reserved (device memory held by the pool)", .color = "#d62728",
                                        .y = pd->reserved, .filled = 1};
                 s[1] = (gp_svg_series){.name = "allocated (blocks handed out, 512 B rounded)",

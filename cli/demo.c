@@ -420,7 +420,7 @@ static int build_trace(model *models, gp_trace *t, uint8_t **event_model)
         memcpy(t->path, "demo (synthetic)", sizeof "demo (synthetic)");
         t->num_streams = NUM_MODELS;
         for (int i = 0; i < NUM_MODELS; i++)
-            t->streams[i] = (uint64_t)(i + 1); /* three distinct non-default streams */
+            t->streams[i] = (uint64_t)i + 1; /* three distinct non-default streams */
         size_t pos[NUM_MODELS] = {0};
         uint64_t live = 0;
         for (size_t e = 0; e < total; e++) {
@@ -429,6 +429,8 @@ static int build_trace(model *models, gp_trace *t, uint8_t **event_model)
                 if (pos[i] < models[i].n &&
                     (best < 0 || models[i].ev[pos[i]].time_us < models[best].ev[pos[best]].time_us))
                     best = i;
+            if (best < 0)
+                break; /* cannot happen: total counts every model's events */
             const model_event *me = &models[best].ev[pos[best]++];
             gp_trace_event *ev = &t->events[t->num_events++];
             (*event_model)[e] = (uint8_t)best;

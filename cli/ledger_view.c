@@ -77,7 +77,7 @@ void gp_ledger_view_print_table(FILE *f, const gp_ledger_view *v)
                 vp->device, vp->alive ? "(all)" : "(DEAD)", gp_format_size((size_t)vp->device_held, a),
                 gp_format_size((size_t)live, b), gp_format_size((size_t)sat_sub(vp->device_held, live), c),
                 gp_format_size((size_t)vp->device_peak, d), "", (unsigned long long)vp->ooms,
-                (unsigned long long)(vp->device_allocs + vp->device_frees), age_seconds(vp->published_ns),
+                (unsigned long long)vp->device_allocs + vp->device_frees, age_seconds(vp->published_ns),
                 vp->pressure_pending ? " asked to trim" : "");
         for (unsigned t = 0; t < v->num_tenants; t++) {
             const gp_ledger_view_charge *ch = &vp->charges[t];

@@ -16,6 +16,8 @@ static const char usage[] =
     "                 model and for the pool, and writes demo.svg. Needs no GPU and no files.\n"
     "  replay TRACE.. replays allocation traces (RMM CSV logs) on the simulated GPU and reports peak\n"
     "                 reserved over peak live, device calls and host time per event\n"
+    "  plan ...       how much device memory a model needs at a batch size or sequence length it was\n"
+    "                 not traced at, what that memory is made of, and which models fit on one GPU\n"
     "  budget NAME max=SIZE min=SIZE\n"
     "                 GPU-wide budget of a tenant in the ledger shared by every process on a GPU\n"
     "  top [--once] [--json]\n"
@@ -39,6 +41,8 @@ int main(int argc, char **argv)
         return gp_cmd_replay(argc - 1, argv + 1);
     if (strcmp(cmd, "demo") == 0)
         return gp_cmd_demo(argc - 1, argv + 1);
+    if (strcmp(cmd, "plan") == 0)
+        return gp_cmd_plan(argc - 1, argv + 1);
     if (strcmp(cmd, "budget") == 0)
         return gp_cmd_budget(argc - 1, argv + 1);
     if (strcmp(cmd, "top") == 0)
@@ -52,6 +56,8 @@ int main(int argc, char **argv)
             fputs(gp_config_help(), stdout);
         else if (argc > 2 && strcmp(argv[2], "replay") == 0)
             return gp_cmd_replay(2, (char *[]){"replay", "--help", NULL});
+        else if (argc > 2 && strcmp(argv[2], "plan") == 0)
+            return gp_cmd_plan(2, (char *[]){"plan", "--help", NULL});
         else if (argc > 2 && strcmp(argv[2], "demo") == 0)
             return gp_cmd_demo(2, (char *[]){"demo", "--help", NULL});
         else

@@ -288,10 +288,9 @@ int gp_replay_run(const gp_trace *trace, const gp_replay_options *options, gp_re
         }
     }
 
-    uint64_t calls_before_pass = device_calls(s.sim);
     vmm_counts vmm_before = vmm_calls(s.sim);
     for (unsigned rep = 0; rep < repeats; rep++) {
-        calls_before_pass = device_calls(s.sim);
+        uint64_t calls_before_pass = device_calls(s.sim);
         uint64_t maps_before_pass = gp_sim_calls(s.sim, MAP_CALLS);
         if (o->observe) {
             uint64_t t0 = now_ns();

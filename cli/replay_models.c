@@ -171,6 +171,10 @@ int gp_replay_models(const char **specs, int count, const char *device_memory, c
         total += models[i].trace.num_events;
     }
     merged_event *events = status == 0 ? malloc((total ? total : 1) * sizeof *events) : NULL;
+    if (status == 0 && events == NULL) {
+        fprintf(stderr, "gpupool replay: out of host memory for %zu events\n", total);
+        status = 1;
+    }
     gp_pool *pool = NULL;
     gp_sim *sim = NULL;
     if (status == 0) {
@@ -212,7 +216,7 @@ int gp_replay_models(const char **specs, int count, const char *device_memory, c
     int with_ledger = strstr(conf, "ledger:") != NULL;
     struct timespec start;
     clock_gettime(CLOCK_MONOTONIC, &start);
-    uint64_t t0 = total > 0 ? models[events[0].model].trace.events[events[0].index].time_us : 0;
+    uint64_t t0 = total > 0 && events != NULL ? models[events[0].model].trace.events[events[0].index].time_us : 0;
     for (size_t e = 0; e < total && status == 0; e++) {
         if (speed > 0) {
             if (with_ledger) /* idle until the next event: answer requests to trim, as a server's idle loop would */
@@ -400,7 +404,7 @@ static int replay_in_processes(const char **specs, int count, const char *device
     }
     if (json)
         printf("{\"ledger\":\"%s\",\"device_memory\":\"%s\",\"processes\":[", shm, device_memory);
-    for (int i = 0; i < count; i++) {
+    for (int i = 0; i < count && pids != NULL; i++) {
         if (pids[i] <= 0)
             continue;
         char *out = NULL;

@@ -89,7 +89,8 @@ static void write_panel(FILE *f, const gp_svg_panel *p, double y0)
             plot_y0, plot_x1 - plot_x0, plot_y1 - plot_y0);
 
     /* y grid and labels */
-    for (double v = 0.0; v <= ytop + ystep * 0.01; v += ystep) {
+    for (int tick = 0; (double)tick * ystep <= ytop + ystep * 0.01; tick++) {
+        double v = (double)tick * ystep;
         double y = plot_y1 - (v / ytop) * (plot_y1 - plot_y0);
         char label[32];
         format_tick(label, sizeof label, v);
@@ -100,7 +101,9 @@ static void write_panel(FILE *f, const gp_svg_panel *p, double y0)
     }
     /* x ticks */
     double xstep = nice_step(xmax - xmin, 8);
-    for (double v = ceil(xmin / xstep) * xstep; v <= xmax + xstep * 0.01; v += xstep) {
+    double xfirst = ceil(xmin / xstep) * xstep;
+    for (int tick = 0; xfirst + (double)tick * xstep <= xmax + xstep * 0.01; tick++) {
+        double v = xfirst + (double)tick * xstep;
         double x = plot_x0 + (v - xmin) / (xmax - xmin) * (plot_x1 - plot_x0);
         char label[32];
         format_tick(label, sizeof label, v);

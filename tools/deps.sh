@@ -10,11 +10,14 @@
 # prometheus: promtool (checks the exporter's /metrics) and the server the cli_ledger test scrapes it
 # with; measured on this machine: 5.9 s for `apt-get install --no-install-recommends prometheus` (22.5 MB
 # fetched, 96 MB installed).
+# clang + libclang-rt-14-dev: libFuzzer (libclang_rt.fuzzer, which Debian 12 ships in libclang-rt-14-dev,
+# only recommended by clang-14) for the fuzz targets; clang-tidy, cppcheck, valgrind: tools/analyse.sh.
 # zlib1g-dev: gzip traces (cli/trace.c). python3-venv, -pip, -setuptools, -wheel: `pip install .` into a
 # fresh venv (tools/test_installed.sh). python3-torch (1.13, CPU; ~45 s to install): the real readers
 # of the snapshots (torch.cuda._memory_viz) and the torch.cuda stats patch; those tests skip without it.
 GP_DEPS=(build-essential cmake pkg-config libjemalloc-dev libcriterion-dev libbenchmark-dev zlib1g-dev
-         python3-venv python3-pip python3-setuptools python3-wheel python3-torch prometheus curl)
+         python3-venv python3-pip python3-setuptools python3-wheel python3-torch prometheus curl
+         clang libclang-rt-14-dev clang-tidy cppcheck valgrind)
 
 gp_install_deps() {
     if ! command -v dpkg-query >/dev/null 2>&1; then

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # tools/test.sh — builds and runs every test suite: plain (build/), ASan+UBSan (build-asan/) and
-# TSan (build-tsan/, the "threaded" suites only). Installs missing Debian packages first.
-# Usage: bash tools/test.sh [--quick]     --quick: the plain build only (no sanitizer builds)
-# Exits non-zero when a build or any suite fails. GPUPOOL_BUILD_DIR=DIR builds in DIR, DIR-asan and
-# DIR-tsan instead; extra CMake arguments can be given in GPUPOOL_CMAKE_ARGS.
+# TSan (build-tsan/, the "threaded" suites only); then the analysers (tools/analyse.sh: clang-tidy,
+# cppcheck, valgrind memcheck) and the fuzz targets for a fixed number of runs (tools/fuzz.sh,
+# build-fuzz/). Installs missing Debian packages first.
+# Usage: bash tools/test.sh [--quick]     --quick: the plain build only (no sanitizers, analysers, fuzzing)
+# Exits non-zero when a build, any suite, an analyser or a fuzz target fails. GPUPOOL_BUILD_DIR=DIR
+# builds in DIR, DIR-asan, DIR-tsan and DIR-fuzz instead; extra CMake arguments can be given in
+# GPUPOOL_CMAKE_ARGS (not to the fuzz build).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -11,7 +14,7 @@ quick=0
 for arg in "$@"; do
     case "$arg" in
         --quick) quick=1 ;;
-        -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
         *) echo "test.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -98,6 +101,24 @@ if [ "$quick" -eq 0 ]; then
     # TSan: only the suites labelled "threaded" (see tests/CMakeLists.txt).
     configure_build "$build-tsan" -DGPUPOOL_SANITIZE=thread -DGPUPOOL_BUILD_BENCH=OFF
     run_ctest tsan "$build-tsan" -L threaded
+
+    # clang-tidy and cppcheck (committed configurations), valgrind memcheck over one plain program.
+    start=$SECONDS
+    if bash tools/analyse.sh "$build"; then
+        passed+=(analysers)
+    else
+        failed+=(analysers)
+    fi
+    echo "==> test.sh: analysers took $((SECONDS - start)) s"
+
+    # The libFuzzer targets, a fixed number of runs each from the committed corpora (tests/fuzz/).
+    start=$SECONDS
+    if bash tools/fuzz.sh "$build-fuzz"; then
+        passed+=(fuzz)
+    else
+        failed+=(fuzz)
+    fi
+    echo "==> test.sh: fuzzing took $((SECONDS - start)) s"
 fi
 
 if [ "${#failed[@]}" -ne 0 ]; then

@@ -170,6 +170,21 @@ GP_API int gp_tenant_resume(gp_pool *pool, const char *name)
         t->paused = false;
         gp_tenant_update_gate(t);
     } else {
+        /* A failed resume changes nothing: the pages this attempt mapped go back, its ranges stay paused
+         * (they held device memory for a tenant still paused, out of every other tenant's reach). */
+        size_t capacity = 0, nheld = 0;
+        for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next)
+            if (tenant_range(seg, t))
+                capacity += seg->mapped_bytes / p->page;
+        gp_held_page *held = capacity > 0 ? malloc(capacity * sizeof *held) : NULL;
+        for (gp_segment *seg = p->segments_head; seg != NULL && held != NULL; seg = seg->next)
+            if (tenant_range(seg, t) && gp_vmm_pause_range(p, seg, held, &nheld) != GP_OK)
+                break;
+        for (size_t k = 0; k < nheld; k++) {
+            gp_pool_ledger_credit(p, held[k].seg->owner->tenant, 0, p->page);
+            gp_page_release(p, held[k].handle);
+        }
+        free(held);
         gp_error_append(" (gp_tenant_resume of '%s': it stays paused; resume again once memory is free)", name);
     }
     gp_unlock_all_streams(p);

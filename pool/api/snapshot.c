@@ -17,6 +17,7 @@
  * A virtual-memory range is written as one expandable segment per run of mapped blocks (its unmapped
  * parts hold nothing), so every segment's blocks add up to its total_size, as the readers check.
  */
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,6 +126,7 @@ static void block(gp_pickle *pk, const gp_block *b, const char *tenant)
  * of a virtual range). */
 static void segment(gp_pickle *pk, gp_pool_state *p, const gp_segment *seg, const gp_block *first, const gp_block *end)
 {
+    assert(first != NULL); /* blocks tile their segment: a segment or a mapped run has at least one */
     const char *tenant = seg->owner->tenant->name;
     size_t total = 0, allocated = 0, active = 0, requested = 0;
     for (const gp_block *b = first; b != end; b = b->next) {

@@ -397,6 +397,7 @@ static int vmm_map_run(void *opaque, gp_devptr va, size_t page, const gp_phys *h
     int rc = gp_cuda_device_enter(&ctx->cuda, "map_run", &prev);
     if (rc != GP_OK)
         return rc;
+    enum cudaStreamCaptureMode mode = gp_cuda_relax(); /* growth may happen while a graph is captured */
     size_t done = 0;
     CUresult res = CUDA_SUCCESS;
     for (; done < n; done++) {
@@ -415,6 +416,7 @@ static int vmm_map_run(void *opaque, gp_devptr va, size_t page, const gp_phys *h
         what = "cuMemSetAccess";
     }
     if (res == CUDA_SUCCESS) {
+        gp_cuda_unrelax(mode);
         gp_cuda_device_leave(&ctx->cuda, prev);
         return GP_OK;
     }
@@ -430,6 +432,7 @@ static int vmm_map_run(void *opaque, gp_devptr va, size_t page, const gp_phys *h
                             (unsigned long long)(va + i * page), name, why);
         }
     }
+    gp_cuda_unrelax(mode);
     gp_cuda_device_leave(&ctx->cuda, prev);
     return GP_ERR_DEVICE;
 }

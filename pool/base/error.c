@@ -38,7 +38,7 @@ GP_API const char *gp_last_error(void)
     return last_message;
 }
 
-int gp_error_set(int code, const char *fmt, ...)
+int(gp_error_set)(int code, const char *fmt, ...) /* (name): not error.h's analyzer-only macro */
 {
     va_list ap;
     va_start(ap, fmt);

@@ -140,6 +140,7 @@ static gpsim_op *queue_at(const gpsim_stream *s, size_t position)
 
 static bool queue_reserve(gpsim_stream *s)
 {
+    assert(s->queue_len <= s->queue_capacity); /* an empty queue may have no storage yet */
     if (s->queue_len < s->queue_capacity)
         return true;
     size_t capacity = s->queue_capacity ? s->queue_capacity * 2 : 16;
