@@ -131,6 +131,10 @@ GP_API int gp_alloc(gp_pool *pool, void **out, size_t size, gp_stream stream)
         b = gp_heap_quick_take(heap, rsize); /* a small size freed before: no split */
         if (b == NULL)
             b = gp_heap_take(heap, &st->blocks, rsize);
+        /* A miss with blocks lent to thread caches: they are this heap's free memory too (its quick
+         * lists, had there been no cache), so they come back and coalesce before the stream grows. */
+        if (b == NULL && st->lenders != NULL && gp_thread_cache_return(p, st))
+            b = gp_heap_take(heap, &st->blocks, rsize);
     }
     if (b != NULL) {
         gp_hand_out(p, st, b, size);

@@ -6,7 +6,8 @@
  * clean gp_check while blocks sit in a cache; a block that one thread's cache handed out can be freed,
  * recorded on another stream, or double-freed from another thread with the ordinary results; thread
  * exit gives the blocks back (gp_trim then releases everything); a pool destroyed while another thread
- * still caches its blocks leaves that thread's cache usable; more streams than a cache has entries.
+ * still caches its blocks leaves that thread's cache usable; more streams than a cache has entries;
+ * lent blocks coalesce back into their stream's heap before the stream grows.
  * Then two threads allocate on one stream and free each other's blocks, with the race checker on.
  */
 #include <pthread.h>
@@ -82,6 +83,49 @@ static void reuse_on_own_stream_only(void)
     EXPECT(st.allocated_bytes + st.cached_bytes == st.reserved_bytes, "allocated + cached != reserved");
     EXPECT(gp_check(pool) == GP_OK, "gp_check");
     EXPECT(gp_free(pool, c, T) == GP_OK, "free c");
+    gp_leak_report leaks;
+    EXPECT(gp_pool_destroy(pool, &leaks) == GP_OK && leaks.live_blocks == 0, "destroy");
+}
+
+/* Blocks lent to the cache are the stream's free memory: a request its heap cannot serve without
+ * them coalesces them first instead of growing. A full 2 MiB small segment of 4 KiB blocks, 64 of
+ * them freed side by side (all lent), then 128 KiB on the same stream: served from the freed run. */
+static int by_address(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t) * (void *const *)a, y = (uintptr_t) * (void *const *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void lent_blocks_coalesce_before_the_stream_grows(void)
+{
+    gp_pool *pool = make_pool();
+    gp_sim *sim = gp_sim_of(pool);
+    gp_stream S = gp_sim_stream_create(sim);
+    enum { BLOCK = 4096, COUNT = (2 << 20) / BLOCK, FREED = 64 };
+    static void *blocks[COUNT];
+    for (int i = 0; i < COUNT; i++)
+        blocks[i] = alloc_on(pool, BLOCK, S);
+    gp_stats before = stats_of(pool);
+    EXPECT(before.num_device_allocs == 1, "%d blocks of 4 KiB took %llu device allocations, expected one segment",
+           COUNT, (unsigned long long)before.num_device_allocs);
+    qsort(blocks, COUNT, sizeof blocks[0], by_address); /* they tile the segment: neighbours in order */
+    int first = COUNT / 2;
+    EXPECT((uintptr_t)blocks[first + FREED - 1] - (uintptr_t)blocks[first] == (FREED - 1) * BLOCK,
+           "the blocks to free are not side by side");
+    for (int i = first; i < first + FREED; i++) {
+        EXPECT(gp_free(pool, blocks[i], S) == GP_OK, "free block %d", i);
+        blocks[i] = NULL;
+    }
+    void *big = alloc_on(pool, 128 << 10, S);
+    gp_stats after = stats_of(pool);
+    EXPECT(after.num_device_allocs == before.num_device_allocs,
+           "128 KiB grew the pool (%llu device allocations, %llu before) while 256 KiB of lent blocks lay free",
+           (unsigned long long)after.num_device_allocs, (unsigned long long)before.num_device_allocs);
+    EXPECT(gp_check(pool) == GP_OK, "gp_check");
+    EXPECT(gp_free(pool, big, S) == GP_OK, "free big");
+    for (int i = 0; i < COUNT; i++)
+        if (blocks[i] != NULL)
+            EXPECT(gp_free(pool, blocks[i], S) == GP_OK, "free block %d", i);
     gp_leak_report leaks;
     EXPECT(gp_pool_destroy(pool, &leaks) == GP_OK && leaks.live_blocks == 0, "destroy");
 }
@@ -350,6 +394,7 @@ int main(void)
 {
     unsetenv("GPUPOOL_CONF");
     reuse_on_own_stream_only();
+    lent_blocks_coalesce_before_the_stream_grows();
     stats_exact_with_cached_blocks();
     other_threads_reach_cached_blocks();
     thread_exit_returns_blocks();
