@@ -124,6 +124,14 @@ static void print_text(const gp_trace *t, const gp_replay_result *r)
         printf("  map calls             %llu map, %llu unmap; %llu in the first pass, %llu in the last\n",
                (unsigned long long)r->map_calls, (unsigned long long)r->unmap_calls,
                (unsigned long long)r->map_calls_first_repeat, (unsigned long long)r->map_calls_last_repeat);
+    if (r->first_creates + r->first_maps > 0)
+        printf("  warm-up model         %.1f ms: first pass %llu creates, %llu maps, %llu set-access, %llu unmaps "
+               "(%llu syncs) at A100 costs per call\n",
+               r->warmup_model_us / 1000.0, (unsigned long long)r->first_creates, (unsigned long long)r->first_maps,
+               (unsigned long long)r->first_set_access, (unsigned long long)r->first_unmaps,
+               (unsigned long long)r->first_syncs);
+    printf("  page floor            %.3f x live (peak live in 512 B granules, in whole 2 MiB pages)\n",
+           r->peak_live_bytes ? (double)r->page_floor_bytes / (double)r->peak_live_bytes : 0.0);
     printf("  failed allocations    %llu\n", (unsigned long long)r->failed_allocations);
     printf("  failed frees          %llu\n", (unsigned long long)r->failed_frees);
     if (r->first_failure[0])
@@ -163,6 +171,15 @@ static void print_json_trace(FILE *f, const gp_trace *t, const gp_replay_result 
     fprintf(f, ",\"map_calls\":%llu,\"unmap_calls\":%llu,\"map_calls_first_repeat\":%llu,\"map_calls_last_repeat\":%llu",
             (unsigned long long)r->map_calls, (unsigned long long)r->unmap_calls,
             (unsigned long long)r->map_calls_first_repeat, (unsigned long long)r->map_calls_last_repeat);
+    fprintf(f,
+            ",\"peak_live_rounded_bytes\":%llu,\"page_floor_bytes\":%llu,\"page_floor_over_live\":%.6f,"
+            "\"warmup\":{\"creates\":%llu,\"releases\":%llu,\"maps\":%llu,\"unmaps\":%llu,\"set_access\":%llu,"
+            "\"syncs\":%llu,\"model_us\":%.1f}",
+            (unsigned long long)r->peak_live_rounded_bytes, (unsigned long long)r->page_floor_bytes,
+            r->peak_live_bytes ? (double)r->page_floor_bytes / (double)r->peak_live_bytes : 0.0,
+            (unsigned long long)r->first_creates, (unsigned long long)r->first_releases,
+            (unsigned long long)r->first_maps, (unsigned long long)r->first_unmaps,
+            (unsigned long long)r->first_set_access, (unsigned long long)r->first_syncs, r->warmup_model_us);
     fputs(",\"conf\":", f);
     json_string(f, conf);
     fputs(",\"first_failure\":", f);

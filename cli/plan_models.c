@@ -223,10 +223,11 @@ int gp_plan_models(const char **specs, int count, uint64_t gpu_memory, double ma
     roomy = roomy > gpu_memory ? roomy : gpu_memory;
     roomy = (roomy + 1024 * MIB) / MIB * MIB;
     for (int i = 0; i < count && status == 0; i++) {
-        uint64_t r;
+        uint64_t r = 0;
         if (replay_together(&models[i], 1, NULL, roomy, &r, err, sizeof err) != 0)
             status = 1;
-        models[i].alone_reserved = r;
+        else
+            models[i].alone_reserved = r;
     }
     /* the first k models together, k = 1..count: where the total passes the GPU */
     int first_over = -1, first_over_pytorch = -1;

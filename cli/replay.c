@@ -58,7 +58,17 @@ typedef struct replay_state {
     void **ptrs;        /* per slot: the pool's pointer, NULL when not live (or of size 0) */
     uint64_t live;
     uint64_t peak_live;
+    uint64_t live_rounded; /* live with every size rounded up to the granule: the page floor's input */
+    uint64_t peak_live_rounded;
 } replay_state;
+
+#define REPLAY_GRANULE 512u                /* the pool's (and cudaMalloc's) allocation granule */
+#define REPLAY_PAGE ((uint64_t)2 << 20)    /* the device page of current GPUs */
+
+static uint64_t granule_round(uint64_t size)
+{
+    return (size + REPLAY_GRANULE - 1) / REPLAY_GRANULE * REPLAY_GRANULE;
+}
 
 /* The timed pass: nothing but the pool calls and the live sum. */
 static void run_pass(const gp_trace *t, replay_state *s, gp_replay_result *r)
@@ -71,6 +81,7 @@ static void run_pass(const gp_trace *t, replay_state *s, gp_replay_result *r)
     gp_stream *streams = s->streams;
     void **ptrs = s->ptrs;
     uint64_t live = s->live, peak = s->peak_live;
+    uint64_t rounded = s->live_rounded, peak_rounded = s->peak_live_rounded;
     for (; ev < end; ev++) {
         if (ev->kind == GP_EV_ALLOC) {
             void *p;
@@ -78,8 +89,11 @@ static void run_pass(const gp_trace *t, replay_state *s, gp_replay_result *r)
             if (rc == GP_OK) {
                 ptrs[ev->slot] = p; /* NULL for size 0, which then adds nothing to live */
                 live += ev->size;
+                rounded += granule_round(ev->size);
                 if (live > peak)
                     peak = live;
+                if (rounded > peak_rounded)
+                    peak_rounded = rounded;
             } else {
                 r->failed_allocations++;
                 note_failure(r, "allocate", rc);
@@ -94,11 +108,14 @@ static void run_pass(const gp_trace *t, replay_state *s, gp_replay_result *r)
                 }
                 ptrs[ev->slot] = NULL;
                 live -= ev->size;
+                rounded -= granule_round(ev->size);
             }
         }
     }
     s->live = live;
     s->peak_live = peak;
+    s->live_rounded = rounded;
+    s->peak_live_rounded = peak_rounded;
 }
 
 /* The observed pass: the same, with a stats snapshot and a callback after every event. */
@@ -114,8 +131,11 @@ static void run_pass_observed(const gp_trace *t, replay_state *s, gp_replay_resu
             if (rc == GP_OK) {
                 s->ptrs[ev->slot] = p;
                 s->live += ev->size;
+                s->live_rounded += granule_round(ev->size);
                 if (s->live > s->peak_live)
                     s->peak_live = s->live;
+                if (s->live_rounded > s->peak_live_rounded)
+                    s->peak_live_rounded = s->live_rounded;
             } else {
                 r->failed_allocations++;
                 note_failure(r, "allocate", rc);
@@ -128,6 +148,7 @@ static void run_pass_observed(const gp_trace *t, replay_state *s, gp_replay_resu
             } else {
                 s->ptrs[ev->slot] = NULL;
                 s->live -= ev->size;
+                s->live_rounded -= granule_round(ev->size);
             }
         }
         memset(&stats, 0, sizeof stats);
@@ -153,6 +174,7 @@ static void free_live(const gp_trace *t, replay_state *s, gp_replay_result *r)
         s->ptrs[slot] = NULL;
     }
     s->live = 0;
+    s->live_rounded = 0;
 }
 
 /* Calls that take or give device memory: cudaMalloc/cudaFree, or cuMemCreate/cuMemRelease. */
@@ -173,6 +195,36 @@ static unsigned long conf_max_streams(const char *conf)
 static uint64_t device_calls(gp_sim *sim)
 {
     return gp_sim_calls(sim, DEVICE_ALLOC_CALLS | DEVICE_FREE_CALLS);
+}
+
+/*
+ * The warm-up model: what the first pass's virtual-memory calls would cost on an A100, from published
+ * per-call figures for one 2 MiB page (kvcached's benchmarks): cuMemCreate 193 us, cuMemSetAccess
+ * 36 us, cuMemMap 1.5 us, cuMemUnmap 26 us. Each call is charged once, whatever its size: a model, a
+ * lower bound for calls that cover several pages (whose cost on a GPU is not published), and it leaves
+ * out cuMemRelease and the device synchronizations before unmapping (counted, not costed: their cost
+ * depends on the work still queued).
+ */
+#define WARMUP_CREATE_US 193.0
+#define WARMUP_SET_ACCESS_US 36.0
+#define WARMUP_MAP_US 1.5
+#define WARMUP_UNMAP_US 26.0
+
+typedef struct vmm_counts {
+    uint64_t creates, releases, maps, unmaps, set_access, syncs;
+} vmm_counts;
+
+static vmm_counts vmm_calls(gp_sim *sim)
+{
+    vmm_counts c = {
+        .creates = gp_sim_calls(sim, GP_SIM_CALL_PHYS_CREATE),
+        .releases = gp_sim_calls(sim, GP_SIM_CALL_PHYS_RELEASE),
+        .maps = gp_sim_calls(sim, GP_SIM_CALL_MAP),
+        .unmaps = gp_sim_calls(sim, GP_SIM_CALL_UNMAP),
+        .set_access = gp_sim_calls(sim, GP_SIM_CALL_SET_ACCESS),
+        .syncs = gp_sim_calls(sim, GP_SIM_CALL_DEVICE_SYNC),
+    };
+    return c;
 }
 
 int gp_replay_run(const gp_trace *trace, const gp_replay_options *options, gp_replay_result *result,
@@ -236,6 +288,7 @@ int gp_replay_run(const gp_trace *trace, const gp_replay_options *options, gp_re
         }
     }
 
+    vmm_counts vmm_before = vmm_calls(s.sim);
     for (unsigned rep = 0; rep < repeats; rep++) {
         uint64_t calls_before_pass = device_calls(s.sim);
         uint64_t maps_before_pass = gp_sim_calls(s.sim, MAP_CALLS);
@@ -265,6 +318,16 @@ int gp_replay_run(const gp_trace *trace, const gp_replay_options *options, gp_re
         if (rep == 0) {
             r->device_calls_first_repeat = calls;
             r->map_calls_first_repeat = maps;
+            vmm_counts after = vmm_calls(s.sim);
+            r->first_creates = after.creates - vmm_before.creates;
+            r->first_releases = after.releases - vmm_before.releases;
+            r->first_maps = after.maps - vmm_before.maps;
+            r->first_unmaps = after.unmaps - vmm_before.unmaps;
+            r->first_set_access = after.set_access - vmm_before.set_access;
+            r->first_syncs = after.syncs - vmm_before.syncs;
+            r->warmup_model_us = (double)r->first_creates * WARMUP_CREATE_US +
+                                 (double)r->first_set_access * WARMUP_SET_ACCESS_US +
+                                 (double)r->first_maps * WARMUP_MAP_US + (double)r->first_unmaps * WARMUP_UNMAP_US;
         }
         r->device_calls_last_repeat = calls;
         r->map_calls_last_repeat = maps;
@@ -288,6 +351,8 @@ int gp_replay_run(const gp_trace *trace, const gp_replay_options *options, gp_re
 
     r->allocated_bytes_end = stats.allocated_bytes;
     r->peak_live_bytes = s.peak_live;
+    r->peak_live_rounded_bytes = s.peak_live_rounded;
+    r->page_floor_bytes = (s.peak_live_rounded + REPLAY_PAGE - 1) / REPLAY_PAGE * REPLAY_PAGE;
     r->peak_reserved_bytes = stats.reserved_bytes_peak;
     r->peak_allocated_bytes = stats.allocated_bytes_peak;
     r->sim_peak_bytes = report.allocated_peak;

@@ -45,6 +45,8 @@ typedef struct gp_replay_result {
     uint64_t events;               /* events per pass (allocate, free, allocate failure lines) */
     unsigned repeats;
     uint64_t peak_live_bytes;      /* largest sum of requested sizes live at once */
+    uint64_t peak_live_rounded_bytes; /* the same with every size rounded up to the 512 B granule */
+    uint64_t page_floor_bytes;     /* peak_live_rounded_bytes in whole 2 MiB pages: no pool holds less */
     uint64_t peak_reserved_bytes;  /* the pool's reserved_bytes_peak */
     uint64_t peak_allocated_bytes; /* the pool's allocated_bytes_peak (rounded block sizes) */
     uint64_t sim_peak_bytes;       /* the sim's own peak of device memory allocated (2 MiB pages) */
@@ -56,6 +58,9 @@ typedef struct gp_replay_result {
     uint64_t map_calls, unmap_calls;   /* pages mapped and unmapped, all passes (sim-vmm; 0 on sim) */
     uint64_t map_calls_last_repeat;    /* map + unmap calls in the last pass */
     uint64_t map_calls_first_repeat;
+    /* The first (warm-up) pass, per kind of virtual-memory call (sim-vmm; 0 on sim). */
+    uint64_t first_creates, first_releases, first_maps, first_unmaps, first_set_access, first_syncs;
+    double warmup_model_us; /* the first pass's calls times the published A100 costs (see replay.c) */
     uint64_t failed_allocations;   /* gp_alloc failures, all passes */
     uint64_t failed_frees;         /* gp_free failures (e.g. a free on a stream no allocation used): the
                                     * block stays live and is freed on its own stream at the pass's end */

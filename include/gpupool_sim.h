@@ -87,13 +87,16 @@ enum gp_sim_call {
     GP_SIM_CALL_PHYS_RELEASE = 1u << 12,
     GP_SIM_CALL_MAP = 1u << 13,
     GP_SIM_CALL_UNMAP = 1u << 14,
-    /* the access rights a map sets once it has mapped (cuMemSetAccess); when it fails, map undoes the
-     * mapping and fails (nothing stays mapped), as the vmm backend does */
+    /* the access rights a map sets once it has mapped (cuMemSetAccess; once per map, or once per run of
+     * map_run); when it fails, map undoes the mapping and fails (nothing stays mapped), as the vmm
+     * backend does */
     GP_SIM_CALL_SET_ACCESS = 1u << 15,
     /* copy_to_host / copy_to_device (pausing with contents) and pinned host memory for staging */
     GP_SIM_CALL_COPY = 1u << 16,
     GP_SIM_CALL_HOST_ALLOC = 1u << 17,
-    GP_SIM_CALL_ALL = (1u << 18) - 1
+    /* the device synchronize before unmapping (once per unmap, or once per run of unmap_run) */
+    GP_SIM_CALL_DEVICE_SYNC = 1u << 18,
+    GP_SIM_CALL_ALL = (1u << 19) - 1
 };
 
 /* Makes the nth device call (1 = the next one) whose kind is in `mask` fail with `error`

@@ -1,170 +1,267 @@
 #!/usr/bin/env python3
-"""Fragmentation benchmark on the real traces: gpupool against PyTorch's caching allocator.
+"""Fragmentation benchmark on real traces: gpupool (both backends) against two models of PyTorch.
 
-For every trace in ../shared/traces (relative to the repository root; never copied into the project)
-it runs `build/gpupool replay --json --repeat 6` (fragmentation and device calls), `build/gpupool replay
---json --repeat 11` (host time: the median pass, so that the cold first passes, whose time is the
-simulated device's, do not decide it) and ../shared/tools/pytorch_policy_model.py --json,
-reads PyTorch's peak reserved as measured on the GPU from ../shared/traces/README.md where the README
-gives it, and prints one row per trace:
+For every trace (.csv or .csv.gz) in ../shared/traces, ../shared/traces/models and
+../shared/traces/multistream (relative to the repository root; never copied into the project), and in
+any further folders or files given on the command line, it runs
 
-    peak live | gpupool peak reserved | PyTorch peak reserved | gpupool ratio | PyTorch ratio | ...
+    build/gpupool replay --json --repeat 3 --conf backend:sim       (gpupool's cudaMalloc path, "cuda")
+    build/gpupool replay --json --repeat 3 --conf backend:sim-vmm   (gpupool on virtual memory)
+    ../shared/tools/pytorch_policy_model.py --json [--expandable]   (PyTorch default / expandable)
 
-Targets (a benchmark, not a test): gpupool's reserved/live at most 1.05 on every trace with the default
-configuration, and zero device calls in the last of the repeats. The script reports whether each was
-met and exits 0 either way (1 only when something could not run). Standard library only.
+and prints one row per trace: peak live, the page floor (peak live in 512 B granules, in whole 2 MiB
+pages), reserved/live of the four, device and map calls in the last pass, failed allocations and the
+modelled warm-up device time of sim-vmm's first pass (see cli/replay.c: call counts times published
+A100 per-call costs; a model, not a measurement). Under the table: the worst case and the geometric
+mean of every ratio column, and the issue-11 targets, each MET or MISSED with the traces that miss:
 
-Usage: tools/bench_traces.py [--gpupool build/gpupool] [--traces DIR] [--repeat N] [--speed-repeat N]
-                             [--conf CONF] [--json]
+  - one stream:  sim-vmm <= 1.03; several streams: sim-vmm <= 1.05;
+  - sim-vmm never above PyTorch's expandable model, nor above gpupool's cuda figure;
+  - cuda never above PyTorch's default model, and <= 1.10;
+  - zero device calls and zero map calls in the last pass (both backends); no failed allocation.
+"Above" compares the figures as printed (three decimals). A benchmark, not a test: it exits 0 whether
+targets are met or not, 1 only when something could not run.
+
+PyTorch model results depend only on the trace and the model script, so they are cached (--cache,
+default $XDG_CACHE_HOME or ~/.cache/gpupool-bench), keyed by the trace's path, size and mtime and the
+script's. A .csv.gz trace is decompressed into a temporary file for gpupool replay. Standard library only.
+
+Usage: tools/bench_traces.py [--gpupool build/gpupool] [--repeat 3] [--conf CONF] [--jobs N]
+                             [--no-shared] [--json] [--cache DIR|--no-cache] [FOLDER|TRACE ...]
 """
 import argparse
+import concurrent.futures
 import glob
+import gzip
+import hashlib
 import json
+import math
 import os
-import re
+import shutil
 import subprocess
 import sys
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TARGET_RATIO = 1.05
+SHARED = os.path.join(os.path.dirname(ROOT), 'shared')
+SHARED_FOLDERS = [os.path.join(SHARED, 'traces'), os.path.join(SHARED, 'traces', 'models'),
+                  os.path.join(SHARED, 'traces', 'multistream')]
+
+VMM_SINGLE, VMM_MULTI, CUDA_MAX = 1.03, 1.05, 1.10
 
 
-def readme_measured(traces_dir):
-    """PyTorch peak reserved measured on the GPU, per file name, from the traces' README table."""
-    out = {}
-    path = os.path.join(traces_dir, 'README.md')
-    if not os.path.exists(path):
-        return out
-    with open(path) as f:
-        for line in f:
-            cells = [c.strip() for c in line.strip().strip('|').split('|')]
-            if len(cells) >= 6 and cells[0].endswith('.csv') and re.fullmatch(r'\d+', cells[4] or ''):
-                out[cells[0]] = {'peak_reserved': int(cells[4]), 'warm': '*' in cells[5]}
-    return out
+def traces_in(spec):
+    """The traces a command-line argument names: a file, or every .csv/.csv.gz in a folder (not below)."""
+    if os.path.isdir(spec):
+        return sorted(glob.glob(os.path.join(spec, '*.csv')) + glob.glob(os.path.join(spec, '*.csv.gz')))
+    return [spec] if os.path.exists(spec) else []
 
 
 def run_json(cmd):
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if p.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}): {p.stderr.strip()}")
+        raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}): {p.stderr.strip()[-2000:]}")
     return json.loads(p.stdout)
 
 
-def mib(n):
-    return f"{n / (1 << 20):,.1f}"
+def plain_csv(path, tmpdir):
+    """gpupool replay reads plain CSV: a .csv.gz is decompressed once into tmpdir."""
+    if not path.endswith('.gz'):
+        return path
+    out = os.path.join(tmpdir, hashlib.sha1(os.path.abspath(path).encode()).hexdigest()[:12] + '-' +
+                       os.path.basename(path)[:-3])
+    if not os.path.exists(out):
+        with gzip.open(path, 'rb') as src, open(out, 'wb') as dst:
+            shutil.copyfileobj(src, dst)
+    return out
+
+
+def cache_key(path, script, flag):
+    st, ss = os.stat(path), os.stat(script)
+    text = f"{os.path.abspath(path)}|{st.st_size}|{st.st_mtime_ns}|{script}|{ss.st_size}|{ss.st_mtime_ns}|{flag}"
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+def pytorch_model(path, script, expandable, cache_dir):
+    flag = '--expandable' if expandable else 'default'
+    key = cache_key(path, script, flag) if cache_dir else None
+    if key:
+        cached = os.path.join(cache_dir, key + '.json')
+        if os.path.exists(cached):
+            with open(cached) as f:
+                return json.load(f)
+    cmd = [sys.executable, script, '--json'] + (['--expandable'] if expandable else []) + [path]
+    res = run_json(cmd)['traces'][0]
+    if key:
+        os.makedirs(cache_dir, exist_ok=True)
+        tmp = os.path.join(cache_dir, key + '.tmp')
+        with open(tmp, 'w') as f:
+            json.dump(res, f)
+        os.replace(tmp, os.path.join(cache_dir, key + '.json'))
+    return res
+
+
+def replay(gpupool, path, backend, repeat, conf):
+    c = f"backend:{backend}" + (f",{conf}" if conf else '')
+    return run_json([gpupool, 'replay', '--json', '--repeat', str(repeat), '--conf', c, path])['traces'][0]
+
+
+def measure(path, args, tmpdir):
+    plain = plain_csv(path, tmpdir)
+    cuda = replay(args.gpupool, plain, 'sim', args.repeat, args.conf)
+    vmm = replay(args.gpupool, plain, 'sim-vmm', args.repeat, args.conf)
+    pt = ptx = None
+    if os.path.exists(args.model):
+        pt = pytorch_model(path, args.model, False, args.cache)
+        ptx = pytorch_model(path, args.model, True, args.cache)
+    live = vmm['peak_live_bytes']
+    return {
+        'trace': os.path.relpath(path, SHARED) if path.startswith(SHARED) else path,
+        'events': vmm['events'],
+        'streams': vmm['streams'],
+        'peak_live_bytes': live,
+        'page_floor_over_live': vmm.get('page_floor_over_live'),
+        'cuda': cuda['reserved_over_live'],
+        'pytorch': pt['reserved_over_live'] if pt else None,
+        'sim_vmm': vmm['reserved_over_live'],
+        'pytorch_expandable': ptx['reserved_over_live'] if ptx else None,
+        'cuda_last_pass_device_calls': cuda['device_calls_last_repeat'],
+        'vmm_last_pass_device_calls': vmm['device_calls_last_repeat'],
+        'vmm_last_pass_map_calls': vmm['map_calls_last_repeat'],
+        'failed_allocations': cuda['failed_allocations'] + vmm['failed_allocations'],
+        'first_failure': cuda['first_failure'] or vmm['first_failure'],
+        'vmm_warmup': vmm.get('warmup'),
+    }
+
+
+def r3(x):
+    return round(x, 3) if x is not None else None
+
+
+def targets(rows):
+    """(name, list of (trace, figure) that miss) per target."""
+    def above(a, b):
+        return a is not None and b is not None and r3(a) > r3(b)
+    out = []
+    single = [r for r in rows if r['streams'] <= 1]
+    multi = [r for r in rows if r['streams'] > 1]
+    out.append((f"one stream: sim-vmm <= {VMM_SINGLE}",
+                [(r['trace'], f"{r['sim_vmm']:.3f}") for r in single if r3(r['sim_vmm']) > VMM_SINGLE]))
+    out.append((f"several streams: sim-vmm <= {VMM_MULTI}",
+                [(r['trace'], f"{r['sim_vmm']:.3f}") for r in multi if r3(r['sim_vmm']) > VMM_MULTI]))
+    out.append(("sim-vmm never above PyTorch's expandable model",
+                [(r['trace'], f"{r['sim_vmm']:.3f} > {r['pytorch_expandable']:.3f}") for r in rows
+                 if above(r['sim_vmm'], r['pytorch_expandable'])]))
+    out.append(("sim-vmm never above gpupool's cuda",
+                [(r['trace'], f"{r['sim_vmm']:.3f} > {r['cuda']:.3f}") for r in rows if above(r['sim_vmm'], r['cuda'])]))
+    out.append(("cuda never above PyTorch's default model",
+                [(r['trace'], f"{r['cuda']:.3f} > {r['pytorch']:.3f}") for r in rows if above(r['cuda'], r['pytorch'])]))
+    out.append((f"cuda <= {CUDA_MAX}", [(r['trace'], f"{r['cuda']:.3f}") for r in rows if r3(r['cuda']) > CUDA_MAX]))
+    out.append(("zero device and map calls in the last pass",
+                [(r['trace'], f"cuda {r['cuda_last_pass_device_calls']}, vmm {r['vmm_last_pass_device_calls']}"
+                  f" + {r['vmm_last_pass_map_calls']} maps") for r in rows
+                 if r['cuda_last_pass_device_calls'] or r['vmm_last_pass_device_calls'] or r['vmm_last_pass_map_calls']]))
+    out.append(("no failed allocation",
+                [(r['trace'], f"{r['failed_allocations']}: {r['first_failure']}") for r in rows if r['failed_allocations']]))
+    return out
+
+
+RATIO_COLUMNS = [('page_floor_over_live', 'floor'), ('cuda', 'cuda'), ('pytorch', 'PyTorch'),
+                 ('sim_vmm', 'sim-vmm'), ('pytorch_expandable', 'PT-exp')]
+
+
+def summary(rows):
+    out = {}
+    for key, _ in RATIO_COLUMNS:
+        vals = [r[key] for r in rows if r[key]]
+        if vals:
+            out[key] = {'worst': max(vals), 'geomean': math.exp(sum(math.log(v) for v in vals) / len(vals))}
+    ms = [r['vmm_warmup']['model_us'] / 1000.0 for r in rows if r['vmm_warmup']]
+    if ms:
+        out['warmup_ms'] = {'worst': max(ms), 'total': sum(ms)}
+    return out
+
+
+def print_table(rows, args):
+    print(f"gpupool replay --repeat {args.repeat}{' --conf ' + args.conf if args.conf else ''} (cuda = backend sim, "
+          "sim-vmm) against pytorch_policy_model.py (PyTorch = default policy, PT-exp = --expandable)")
+    hdr = (f"{'trace':38s} {'st':>3s} {'live MiB':>9s} {'floor':>6s} {'cuda':>6s} {'PyTorch':>7s} {'sim-vmm':>7s} "
+           f"{'PT-exp':>6s} {'last cuda/vmm/map':>17s} {'fail':>4s} {'warm-up ms':>10s}")
+    print(hdr)
+    print('-' * len(hdr))
+    f3 = lambda x: f"{x:.3f}" if x is not None else '-'
+    for r in rows:
+        w = r['vmm_warmup']
+        last = f"{r['cuda_last_pass_device_calls']}/{r['vmm_last_pass_device_calls']}/{r['vmm_last_pass_map_calls']}"
+        print(f"{r['trace'][-38:]:38s} {r['streams']:>3d} {r['peak_live_bytes'] / (1 << 20):>9.1f} "
+              f"{f3(r['page_floor_over_live']):>6s} {f3(r['cuda']):>6s} {f3(r['pytorch']):>7s} {f3(r['sim_vmm']):>7s} "
+              f"{f3(r['pytorch_expandable']):>6s} {last:>17s} {r['failed_allocations']:>4d} "
+              f"{(w['model_us'] / 1000.0 if w else 0):>10.1f}")
+    print('-' * len(hdr))
+    s = summary(rows)
+    for what in ('worst', 'geomean'):
+        cells = {k: s[k][what] if k in s else None for k, _ in RATIO_COLUMNS}
+        wcell = f"{s['warmup_ms']['worst']:.1f}" if what == 'worst' and 'warmup_ms' in s else \
+            (f"sum {s['warmup_ms']['total']:.0f}" if 'warmup_ms' in s else '')
+        print(f"{what:38s} {'':>3s} {'':>9s} {f3(cells['page_floor_over_live']):>6s} {f3(cells['cuda']):>6s} "
+              f"{f3(cells['pytorch']):>7s} {f3(cells['sim_vmm']):>7s} {f3(cells['pytorch_expandable']):>6s} "
+              f"{'':>17s} {'':>4s} {wcell:>10s}")
+    print()
+    print("ratios: peak reserved / peak live over 3 passes (floor: peak live in 512 B granules, in whole 2 MiB "
+          "pages). last: device calls in the last pass (cuda, sim-vmm) and sim-vmm map+unmap calls. warm-up: "
+          "sim-vmm's first pass, modelled (call counts x published A100 costs per call, cli/replay.c).")
+    for name, misses in targets(rows):
+        state = 'MET' if not misses else f"MISSED on {len(misses)}"
+        print(f"target {name}: {state}")
+        for trace, fig in misses:
+            print(f"    {trace}: {fig}")
 
 
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    ap.add_argument('paths', nargs='*', help='more trace folders or files (.csv, .csv.gz)')
     ap.add_argument('--gpupool', default=os.path.join(ROOT, 'build', 'gpupool'))
-    ap.add_argument('--traces', default=os.path.join(os.path.dirname(ROOT), 'shared', 'traces'))
-    ap.add_argument('--model', default=os.path.join(os.path.dirname(ROOT), 'shared', 'tools',
-                                                    'pytorch_policy_model.py'))
-    ap.add_argument('--repeat', type=int, default=6, help='passes for fragmentation and device calls')
-    ap.add_argument('--speed-repeat', type=int, default=11, help='passes for the host time (median)')
-    ap.add_argument('--conf', default='')
-    ap.add_argument('--target', type=float, default=None,
-                    help='reserved/live target (default 1.05; 1.03 with backend:sim-vmm, issue 4)')
-    ap.add_argument('--json', action='store_true', help='print the rows as one JSON object')
+    ap.add_argument('--model', default=os.path.join(SHARED, 'tools', 'pytorch_policy_model.py'))
+    ap.add_argument('--repeat', type=int, default=3, help='passes over each trace (default 3)')
+    ap.add_argument('--conf', default='', help='more pool configuration for both backends')
+    ap.add_argument('--jobs', type=int, default=1, help='traces measured at once (default 1)')
+    ap.add_argument('--no-shared', action='store_true', help='only the folders and files given')
+    ap.add_argument('--cache', default=os.path.join(os.environ.get('XDG_CACHE_HOME', os.path.expanduser('~/.cache')),
+                                                    'gpupool-bench'))
+    ap.add_argument('--no-cache', dest='cache', action='store_const', const=None)
+    ap.add_argument('--json', action='store_true', help='print the rows, summary and targets as one JSON object')
     args = ap.parse_args(argv)
 
-    traces = sorted(glob.glob(os.path.join(args.traces, '*.csv')))
+    specs = ([] if args.no_shared else SHARED_FOLDERS) + args.paths
+    traces = []
+    for spec in specs:
+        found = traces_in(spec)
+        if not found:
+            print(f"bench_traces.py: no traces at {spec}; skipped", file=sys.stderr)
+        traces += [t for t in found if t not in traces]
     if not traces:
-        print(f"bench_traces.py: no traces at {args.traces} (the shared traces are absent); skipped")
+        print("bench_traces.py: no traces found (the shared traces are absent); skipped")
         return 0
     if not os.access(args.gpupool, os.X_OK):
-        print(f"bench_traces.py: {args.gpupool} not found: build first (cmake -S . -B build && "
-              "cmake --build build)", file=sys.stderr)
+        print(f"bench_traces.py: {args.gpupool} not found: build first (cmake -S . -B build "
+              "-DCMAKE_BUILD_TYPE=Release && cmake --build build -j2)", file=sys.stderr)
         return 1
-    cmd = [args.gpupool, 'replay', '--json']
-    if args.conf:
-        cmd += ['--conf', args.conf]
+    if not os.path.exists(args.model):
+        print(f"bench_traces.py: {args.model} not found: PyTorch columns left empty", file=sys.stderr)
+    tmpdir = tempfile.mkdtemp(prefix='bench_traces-')
     try:
-        ours = {os.path.basename(t['path']): t
-                for t in run_json(cmd + ['--repeat', str(args.repeat)] + traces)['traces']}
-        speed = {os.path.basename(t['path']): t
-                 for t in run_json(cmd + ['--repeat', str(args.speed_repeat)] + traces)['traces']}
-        model = {}
-        if os.path.exists(args.model):
-            model = {os.path.basename(t['path']): t
-                     for t in run_json([sys.executable, args.model, '--json'] + traces)['traces']}
-    except (RuntimeError, ValueError, KeyError) as e:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as ex:
+            rows = list(ex.map(lambda t: measure(t, args, tmpdir), traces))
+    except (RuntimeError, ValueError, KeyError, IndexError) as e:
         print(f"bench_traces.py: {e}", file=sys.stderr)
         return 1
-    measured = readme_measured(args.traces)
-
-    rows = []
-    for path in traces:
-        name = os.path.basename(path)
-        g = ours[name]
-        live = g['peak_live_bytes']
-        m = measured.get(name)
-        pm = model.get(name)
-        rows.append({
-            'trace': name,
-            'events': g['events'],
-            'peak_live_bytes': live,
-            'gpupool_peak_reserved_bytes': g['peak_reserved_bytes'],
-            'gpupool_reserved_over_live': g['reserved_over_live'],
-            'pytorch_measured_peak_reserved_bytes': m['peak_reserved'] if m else None,
-            'pytorch_measured_reserved_over_live': m['peak_reserved'] / live if m and live else None,
-            'pytorch_measured_warm_start': m['warm'] if m else None,
-            'pytorch_model_peak_reserved_bytes': pm['peak_reserved_bytes'] if pm else None,
-            'pytorch_model_reserved_over_live': pm['reserved_over_live'] if pm else None,
-            'device_calls_first_repeat': g.get('device_calls_first_repeat'),
-            'device_calls_last_repeat': g['device_calls_last_repeat'],
-            'map_calls_first_repeat': g.get('map_calls_first_repeat', 0),
-            'map_calls_last_repeat': g.get('map_calls_last_repeat', 0),
-            'failed_allocations': g['failed_allocations'],
-            'host_ns_per_event': speed[name]['host_ns_per_event'],
-            'host_ns_per_event_first_pass': speed[name]['host_ns_per_event_first'],
-            'events_per_second': 1e9 / speed[name]['host_ns_per_event'] if speed[name]['host_ns_per_event'] else 0.0,
-        })
-
-    target = args.target if args.target is not None else (1.03 if 'sim-vmm' in args.conf else TARGET_RATIO)
-    ratio_met = all(r['gpupool_reserved_over_live'] <= target for r in rows)
-    calls_met = all(r['device_calls_last_repeat'] == 0 and r['map_calls_last_repeat'] == 0 for r in rows)
-    speed_met = all(r['events_per_second'] >= 5e6 for r in rows)
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
     if args.json:
-        print(json.dumps({'repeat': args.repeat, 'speed_repeat': args.speed_repeat, 'conf': args.conf, 'rows': rows,
-                          'target_ratio_met': ratio_met, 'target_last_repeat_calls_met': calls_met,
-                          'target_5M_events_per_second_met': speed_met}))
+        print(json.dumps({'repeat': args.repeat, 'conf': args.conf, 'rows': rows, 'summary': summary(rows),
+                          'targets': [{'target': n, 'met': not m, 'misses': m} for n, m in targets(rows)]}))
         return 0
-
-    conf = args.conf or 'default configuration'
-    print(f"gpupool replay --repeat {args.repeat} ({conf}) against PyTorch's caching allocator; "
-          "sizes in MiB")
-    hdr = (f"{'trace':30s} {'peak live':>11s} {'gpupool rsv':>11s} {'PyTorch rsv':>11s} {'gpupool':>8s} "
-           f"{'PyTorch':>8s} {'model':>7s} {'calls':>11s} {'maps':>11s} {'Mev/s':>6s}")
-    print(hdr)
-    print('-' * len(hdr))
-    for r in rows:
-        pt = r['pytorch_measured_peak_reserved_bytes']
-        pt_ratio = r['pytorch_measured_reserved_over_live']
-        model_ratio = r['pytorch_model_reserved_over_live']
-        warm = '*' if r['pytorch_measured_warm_start'] else ' '
-        print(f"{r['trace'][:30]:30s} {mib(r['peak_live_bytes']):>11s} "
-              f"{mib(r['gpupool_peak_reserved_bytes']):>11s} {(mib(pt) if pt else '-'):>11s} "
-              f"{r['gpupool_reserved_over_live']:8.3f} "
-              f"{(f'{pt_ratio:.3f}' if pt_ratio else '-'):>7s}{warm} "
-              f"{(f'{model_ratio:.3f}' if model_ratio else '-'):>7s} "
-              f"{r['device_calls_first_repeat']:>5d}/{r['device_calls_last_repeat']:<5d} "
-              f"{r['map_calls_first_repeat']:>5d}/{r['map_calls_last_repeat']:<5d} "
-              f"{r['events_per_second'] / 1e6:6.1f}")
-    print()
-    print("gpupool/PyTorch: peak reserved over peak live. PyTorch: measured on the GPU (README; * = the run "
-          "began with a warm cache, not a clean comparison); model: pytorch_policy_model.py on the same trace.")
-    print(f"calls: device allocate+free calls (maps: map+unmap calls, sim-vmm) in the first/last of {args.repeat} "
-          f"repeats. Mev/s: million events "
-          f"per second, median of {args.speed_repeat} passes (single thread, simulated GPU).")
-    worst = max(rows, key=lambda r: r['gpupool_reserved_over_live'])
-    print(f"target reserved/live <= {target}: {'MET' if ratio_met else 'MISSED'} "
-          f"(worst {worst['gpupool_reserved_over_live']:.3f} on {worst['trace']})")
-    print(f"target zero device and map calls in the last repeat: {'MET' if calls_met else 'MISSED'} "
-          f"({sum(1 for r in rows if r['device_calls_last_repeat'] or r['map_calls_last_repeat'])} trace(s) with calls)")
-    slowest = min(rows, key=lambda r: r['events_per_second'])
-    print(f"target >= 5 M events/s: {'MET' if speed_met else 'MISSED'} "
-          f"(slowest {slowest['events_per_second'] / 1e6:.1f} M/s on {slowest['trace']})")
+    print_table(rows, args)
     return 0
 
 

@@ -121,6 +121,15 @@ typedef struct gp_backend_ops {
     /* Unmaps [va, va+size), which must be exactly one mapping made by map(). Waits for all device work
      * first (as cudaFree does), so work still using the range completes before it disappears. */
     int (*unmap)(void *ctx, gp_devptr va, size_t size);
+    /* Optional (NULL: the pool maps page by page). Maps n handles of `page` bytes each at va, va + page,
+     * ... and makes the whole run readable and writable with one access call (cuMemMap per handle, then
+     * one cuMemSetAccess over the run). pre: as map() for every page. All or nothing: on failure nothing
+     * of the run stays mapped. */
+    int (*map_run)(void *ctx, gp_devptr va, size_t page, const gp_phys *handles, size_t n);
+    /* Optional (NULL: page by page). Unmaps the n consecutive mappings of `page` bytes from va after one
+     * device synchronize for all of them (instead of one per page). Stops at the first failure;
+     * *done receives the mappings unmapped (the first *done), the rest stay mapped. */
+    int (*unmap_run)(void *ctx, gp_devptr va, size_t page, size_t n, size_t *done);
 
     /* ---- copies and pinned host memory (pausing tenants with their contents) --------------------- */
 

@@ -387,6 +387,90 @@ static int vmm_unmap(void *opaque, gp_devptr va, size_t size)
     return GP_OK;
 }
 
+/* pre: as vmm_map for each of the n handles at va + i * page. Maps them one by one, then sets access once
+ * over the whole run (cuMemSetAccess takes any range of whole mappings). All or nothing. */
+static int vmm_map_run(void *opaque, gp_devptr va, size_t page, const gp_phys *handles, size_t n)
+{
+    const gp_vmm_ctx *ctx = opaque;
+    char text[GP_SIZE_TEXT_MAX];
+    int prev = -1;
+    int rc = gp_cuda_device_enter(&ctx->cuda, "map_run", &prev);
+    if (rc != GP_OK)
+        return rc;
+    enum cudaStreamCaptureMode mode = gp_cuda_relax(); /* growth may happen while a graph is captured */
+    size_t done = 0;
+    CUresult res = CUDA_SUCCESS;
+    for (; done < n; done++) {
+        res = driver.map((CUdeviceptr)(va + done * page), page, 0, (CUmemGenericAllocationHandle)handles[done], 0);
+        if (res != CUDA_SUCCESS)
+            break;
+    }
+    const char *what = "cuMemMap";
+    if (res == CUDA_SUCCESS) {
+        CUmemAccessDesc access;
+        memset(&access, 0, sizeof access);
+        access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        access.location.id = ctx->cuda.device;
+        access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        res = driver.set_access((CUdeviceptr)va, n * page, &access, 1);
+        what = "cuMemSetAccess";
+    }
+    if (res == CUDA_SUCCESS) {
+        gp_cuda_unrelax(mode);
+        gp_cuda_device_leave(&ctx->cuda, prev);
+        return GP_OK;
+    }
+    const char *name, *why;
+    driver_error(res, &name, &why);
+    gp_error_set(GP_ERR_DEVICE, "%s in a run of %zu pages at 0x%llx (%s each), page %zu, on device %d: %s: %s", what, n,
+                 (unsigned long long)va, gp_format_size(page, text), done, ctx->cuda.device, name, why);
+    for (size_t i = 0; i < done; i++) { /* undo: no mapping nobody may access stays behind */
+        CUresult undo = driver.unmap((CUdeviceptr)(va + i * page), page);
+        if (undo != CUDA_SUCCESS) {
+            driver_error(undo, &name, &why);
+            gp_error_append("; undoing it, cuMemUnmap(ptr=0x%llx) failed too: %s: %s",
+                            (unsigned long long)(va + i * page), name, why);
+        }
+    }
+    gp_cuda_unrelax(mode);
+    gp_cuda_device_leave(&ctx->cuda, prev);
+    return GP_ERR_DEVICE;
+}
+
+/* pre: [va, va + n * page) is n mappings made by vmm_map or vmm_map_run. One device synchronize for all
+ * (see the file's header), then one cuMemUnmap per mapping, stopping at a failure. */
+static int vmm_unmap_run(void *opaque, gp_devptr va, size_t page, size_t n, size_t *done)
+{
+    const gp_vmm_ctx *ctx = opaque;
+    char text[GP_SIZE_TEXT_MAX];
+    *done = 0;
+    int prev = -1;
+    int rc = gp_cuda_device_enter(&ctx->cuda, "unmap_run", &prev);
+    if (rc != GP_OK)
+        return rc;
+    cudaError_t err = cudaDeviceSynchronize();
+    if (err != cudaSuccess) {
+        gp_cuda_clear_own_error(err);
+        gp_cuda_device_leave(&ctx->cuda, prev);
+        return gp_error_set(GP_ERR_DEVICE,
+                            "cudaDeviceSynchronize on device %d before unmapping %zu pages at 0x%llx: %s: %s",
+                            ctx->cuda.device, n, (unsigned long long)va, cudaGetErrorName(err), cudaGetErrorString(err));
+    }
+    for (; *done < n; (*done)++) {
+        gp_devptr at = va + *done * page;
+        CUresult res = driver.unmap((CUdeviceptr)at, page);
+        if (res != CUDA_SUCCESS) {
+            gp_cuda_device_leave(&ctx->cuda, prev);
+            const char *name, *why;
+            driver_error(res, &name, &why);
+            return gp_error_set(GP_ERR_DEVICE, "cuMemUnmap(ptr=0x%llx, size=%zu (%s)) on device %d: %s: %s",
+                                (unsigned long long)at, page, gp_format_size(page, text), ctx->cuda.device, name, why);
+        }
+    }
+    gp_cuda_device_leave(&ctx->cuda, prev);
+    return GP_OK;
+}
+
 const gp_backend_ops gp_backend_vmm = {
     .name = "vmm",
     .caps = GP_BACKEND_VMM,
@@ -409,6 +493,8 @@ const gp_backend_ops gp_backend_vmm = {
     .phys_release = vmm_phys_release,
     .map = vmm_map,
     .unmap = vmm_unmap,
+    .map_run = vmm_map_run,
+    .unmap_run = vmm_unmap_run,
     .copy_to_host = gp_cuda_copy_to_host,
     .copy_to_device = gp_cuda_copy_to_device,
     .host_alloc = gp_cuda_host_alloc,

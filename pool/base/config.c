@@ -55,6 +55,8 @@ static const key_spec keys[] = {
      "still collect them)"},
     {"steal_wait", KEY_BOOL, FIELD(steal_wait), 0, "true",
      "when the device is full, let a stream wait on another's event to take its free segments"},
+    {"borrow", KEY_BOOL, FIELD(borrow), 0, "on",
+     "a stream whose cache misses takes a fitting free block of another stream whose work is done"},
     {"cache_slack", KEY_FRACTION, FIELD(cache_slack), 0, "0.04",
      "before growing past (1 + this) x peak allocated bytes, give back wholly free cached segments (off = never)"},
     {"defrag", KEY_BOOL, FIELD(defrag), 0, "on",

@@ -109,4 +109,14 @@ typedef struct gp_segment_tally {
  * false with the broken invariant described in why[len]. */
 bool gp_segment_check(const gp_segment *seg, gp_segment_tally *tally, char *why, size_t len);
 
+/* True when no block of the segment is in use: every block FREE or, in a virtual range, UNMAPPED (so
+ * that the whole range, with its mapped pages, may change owner: provider/vmm.c). */
+static inline bool gp_segment_unused(const gp_segment *seg)
+{
+    for (const gp_block *b = seg->first; b != NULL; b = b->next)
+        if (b->state != GP_BLOCK_FREE && b->state != GP_BLOCK_UNMAPPED)
+            return false;
+    return true;
+}
+
 #endif /* GP_BLOCK_H */

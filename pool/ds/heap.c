@@ -107,6 +107,20 @@ static unsigned next_nonempty(const gp_heap *heap, unsigned c)
     return GP_CLASS_COUNT;
 }
 
+size_t gp_heap_fit(gp_heap *heap, size_t size)
+{
+    assert(size > 0 && size % GP_GRANULE == 0);
+    unsigned c = gp_size_class(size);
+    gp_block *b = best_in_list(heap->lists[c], size);
+    if (b == NULL) {
+        unsigned up = next_nonempty(heap, c);
+        if (up == GP_CLASS_COUNT)
+            return 0;
+        b = best_in_list(heap->lists[up], size);
+    }
+    return b != NULL ? b->size : 0;
+}
+
 gp_block *gp_heap_take(gp_heap *heap, gp_block_cache *cache, size_t size)
 {
     assert(size > 0 && size % GP_GRANULE == 0);

@@ -55,6 +55,9 @@ void gp_heap_remove(gp_heap *heap, gp_block *b);
  * block fits or when a split needs a block struct and host memory is exhausted.
  */
 gp_block *gp_heap_take(gp_heap *heap, gp_block_cache *cache, size_t size);
+/* The size of the free block gp_heap_take(heap, ..., size) would take (before splitting); 0 when none
+ * fits. Quick lists are not looked at. */
+size_t gp_heap_fit(gp_heap *heap, size_t size);
 
 /* Frees b (not on any list): coalesces it with FREE neighbours, marks it FREE, puts it on the lists.
  * Returns the resulting block. */

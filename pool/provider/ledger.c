@@ -105,7 +105,11 @@ uint64_t gp_ledger_process_start(int pid)
     if (p == NULL)
         return 0;
     p++;
-    for (int field = 2; field < 22 && p != NULL; field++) /* field 3 (state) starts after the space */
+    /* p is at the space before field 3 (state); each step moves it to the space before the next field,
+     * so 19 steps reach the space before field 22 (starttime). (It took 20, and read field 23, the
+     * virtual size: that changes as the process maps memory, and is 0 for a zombie, which read as
+     * "not readable, assume alive".) */
+    for (int field = 3; field < 22 && p != NULL; field++)
         p = strchr(p + 1, ' ');
     return p != NULL ? strtoull(p + 1, NULL, 10) : 0;
 }
@@ -122,7 +126,47 @@ static uint64_t self_start(void)
     return atomic_load(&cached);
 }
 
-/* Is the process that registered (pid, start) still there? */
+/* The state letter of /proc/PID/stat (R, S, D, Z, X, ...), or 0 when it cannot be read. Like the start
+ * time, it is read after the LAST ')': comm may hold spaces and ')'. */
+static char process_state(int pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    return p != NULL && p[1] == ' ' ? p[2] : 0;
+}
+
+/* The `Threads:` count of /proc/PID/status, or 0 when it cannot be read. */
+static long process_threads(int pid)
+{
+    char path[64], buf[4096];
+    snprintf(path, sizeof path, "/proc/%d/status", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    const char *t = strstr(buf, "\nThreads:");
+    return t != NULL ? strtol(t + 9, NULL, 10) : 0;
+}
+
+/* Is the process that registered (pid, start) still there?
+ * A process that was killed but not yet collected by its parent (a zombie, state Z, or X while it is
+ * being torn down) still answers kill(pid, 0) and keeps its start time, yet it will never run again:
+ * it is dead, and its charges must not wait for its parent to call wait(). One exception: when only
+ * the thread-group leader has exited (pthread_exit in main), /proc shows the leader as a zombie while
+ * the process's other threads still run and hold the pool; `Threads:` > 1 in /proc/PID/status says so. */
 static bool process_alive(int pid, uint64_t start)
 {
     if (pid <= 0)
@@ -130,7 +174,14 @@ static bool process_alive(int pid, uint64_t start)
     if (kill(pid, 0) != 0 && errno == ESRCH)
         return false;
     uint64_t now = gp_ledger_process_start(pid);
-    return now == 0 ? true /* not readable here (another pid namespace): assume alive */ : now == start;
+    if (now == 0)
+        return true; /* not readable here (another pid namespace): assume alive */
+    if (now != start)
+        return false; /* the pid was reused */
+    char state = process_state(pid);
+    if (state == 'Z' || state == 'X')
+        return process_threads(pid) > 1;
+    return true;
 }
 
 static uint64_t realtime_ns(void)

@@ -1,8 +1,9 @@
 /*
  * pages.c — the vmm provider's physical pages and the block surgery that maps and unmaps them: the
  * page pool (handles mapped nowhere, kept for reuse), mapping pages at the front of an UNMAPPED block
- * and unmapping whole pages out of a FREE one. One page at a time: a call that fails stops with the
- * pages done so far in place, and nothing is lost. Pool lock held; a range's blocks change under its
+ * and unmapping whole pages out of a FREE one. Pages are mapped in runs with one access call per run
+ * and unmapped in runs after one device synchronize per run (the backend's map_run / unmap_run); a
+ * call that fails stops with the pages done so far in place, and nothing is lost. Pool lock held; a range's blocks change under its
  * owner's stream lock.
  */
 #include <assert.h>
@@ -124,6 +125,42 @@ static gp_block *merge_unmapped(gp_block_cache *cache, gp_block *b)
     return b;
 }
 
+/* Pages mapped with one access call at most (a bound for the stack array; 512 MiB of 2 MiB pages). */
+#define GP_MAP_RUN_PAGES 256
+
+/* Maps handles[0..n) at va, va + page, ...: with the backend's map_run (one access call for the run,
+ * all or nothing) or, without it, page by page (stopping at the first failure). *mapped receives the
+ * pages mapped, which are always the first ones. */
+static int map_run(gp_pool_state *p, uintptr_t va, const gp_phys *handles, size_t n, size_t *mapped)
+{
+    *mapped = 0;
+    if (p->ops->map_run != NULL) {
+        int rc = p->ops->map_run(p->ctx, va, p->page, handles, n);
+        if (rc == GP_OK)
+            *mapped = n;
+        return rc;
+    }
+    for (; *mapped < n; (*mapped)++) {
+        int rc = p->ops->map(p->ctx, va + *mapped * p->page, p->page, handles[*mapped]);
+        if (rc != GP_OK)
+            return rc;
+    }
+    return GP_OK;
+}
+
+int gp_pages_unmap_run(gp_pool_state *p, uintptr_t va, size_t n, size_t *done)
+{
+    *done = 0;
+    if (p->ops->unmap_run != NULL)
+        return p->ops->unmap_run(p->ctx, va, p->page, n, done);
+    for (; *done < n; (*done)++) {
+        int rc = p->ops->unmap(p->ctx, va + *done * p->page, p->page);
+        if (rc != GP_OK)
+            return rc;
+    }
+    return GP_OK;
+}
+
 /*
  * Maps up to n pages at the front of the UNMAPPED block u of seg (owner st locked) and turns them into
  * FREE memory of st's heap, coalesced with a FREE block before them. Returns the pages mapped; stops at
@@ -138,20 +175,28 @@ size_t gp_pages_map_front(gp_pool_state *p, gp_stream_state *st, gp_segment *seg
         return 0;
     }
     size_t done = 0;
-    for (; done < n; done++) {
-        gp_phys handle;
-        *rc = gp_page_get(p, st->tenant, &handle);
-        if (*rc != GP_OK)
-            break;
+    while (done < n) {
+        /* A run of pages: taken from the page pool (or created), then mapped with one access call. */
+        gp_phys handles[GP_MAP_RUN_PAGES];
+        size_t want = n - done < GP_MAP_RUN_PAGES ? n - done : GP_MAP_RUN_PAGES, got = 0;
+        for (; got < want; got++)
+            if ((*rc = gp_page_get(p, st->tenant, &handles[got])) != GP_OK)
+                break;
         uintptr_t va = u->addr + done * p->page;
-        *rc = p->ops->map(p->ctx, va, p->page, handle);
-        if (*rc != GP_OK) {
-            gp_page_put(p, handle);
-            break;
+        size_t mapped = 0;
+        int mrc = got > 0 ? map_run(p, va, handles, got, &mapped) : GP_OK;
+        for (size_t i = mapped; i < got; i++)
+            gp_page_put(p, handles[i]); /* not mapped: back to the page pool, nothing lost */
+        for (size_t i = 0; i < mapped; i++) {
+            seg->pages[gp_page_index(p, seg, va) + i] = handles[i];
+            gp_history_note(p, GP_HIST_SEGMENT_MAP, va + i * p->page, p->page, st->handle, st->tenant->index);
         }
-        seg->pages[gp_page_index(p, seg, va)] = handle;
-        atomic_fetch_add(&p->num_maps, 1);
-        gp_history_note(p, GP_HIST_SEGMENT_MAP, va, p->page, st->handle, st->tenant->index);
+        atomic_fetch_add(&p->num_maps, mapped);
+        done += mapped;
+        if (mrc != GP_OK)
+            *rc = mrc;
+        if (*rc != GP_OK || mapped < want)
+            break;
     }
     if (done == 0) {
         if (rest != NULL)
@@ -189,12 +234,10 @@ size_t gp_pages_unmap(gp_pool_state *p, gp_stream_state *owner, gp_segment *seg,
     gp_heap *heap = gp_heap_of(owner, seg->small);
     gp_heap_remove(heap, b); /* off the lists: nobody can allocate it while it is cut */
     size_t done = 0;
-    for (; done < n; done++) {
-        uintptr_t va = first + done * p->page;
-        *rc = p->ops->unmap(p->ctx, va, p->page);
-        if (*rc != GP_OK)
-            break;
-        atomic_fetch_add(&p->num_unmaps, 1);
+    *rc = gp_pages_unmap_run(p, first, n, &done); /* one synchronize for the run */
+    atomic_fetch_add(&p->num_unmaps, done);
+    for (size_t i = 0; i < done; i++) {
+        uintptr_t va = first + i * p->page;
         gp_history_note(p, GP_HIST_SEGMENT_UNMAP, va, p->page, seg->owner->handle, seg->owner->tenant->index);
         gp_phys handle = seg->pages[gp_page_index(p, seg, va)];
         if (release)

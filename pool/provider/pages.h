@@ -29,6 +29,10 @@ int gp_page_get(gp_pool_state *p, gp_tenant *t, gp_phys *out);
 void gp_page_put(gp_pool_state *p, gp_phys handle);
 /* Gives a page back to the device; one the device refuses stays in the page pool (nothing lost). */
 int gp_page_release(gp_pool_state *p, gp_phys handle);
+/* Unmaps the n mappings of one page each from va: with the backend's unmap_run (one device synchronize
+ * for all) or page by page. *done receives the pages unmapped, always the first ones; a failure stops
+ * there (the rest stay mapped). Counts nothing: the caller accounts for the pages. */
+int gp_pages_unmap_run(gp_pool_state *p, uintptr_t va, size_t n, size_t *done);
 
 /*
  * Maps up to n pages at the front of the UNMAPPED block u of seg (owner st locked) and turns them into

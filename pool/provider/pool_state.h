@@ -69,7 +69,6 @@ typedef struct gp_pool_state {
     /* Virtual memory backends (provider/vmm.c): page is the mapping granularity (0 on other backends);
      * the pooled handles are physical pages mapped nowhere, kept for reuse (pool lock). */
     size_t page;
-    size_t stitch_allowance; /* bytes stitched so far: added to the cache cap (see provider/stitch.c) */
     size_t paused_bytes;     /* bytes of paused ranges' blocks, which hold no device memory (api/pause.c) */
     void *staging_hooks;     /* provider/staging.c: the jemalloc arena's hooks, NULL before first use */
     unsigned staging_arena;

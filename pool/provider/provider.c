@@ -71,9 +71,11 @@ gp_block *gp_provider_take(gp_pool_state *p, gp_stream_state *st, gp_segment *se
 {
     gp_heap *heap = gp_heap_of(st, small);
     pthread_mutex_lock(&st->lock);
-    if (seg != NULL) {
+    if (seg != NULL) { /* a segment's single FREE block, or every FREE block of a range */
         assert(seg->owner == st && seg->small == small);
-        gp_heap_insert(heap, seg->first);
+        for (gp_block *fb = seg->first; fb != NULL; fb = fb->next)
+            if (fb->state == GP_BLOCK_FREE)
+                gp_heap_insert(heap, fb);
     }
     gp_pending_collect(p, st, 0);
     gp_heap_quick_flush(heap, &st->blocks); /* small freed blocks may coalesce into what fits */

@@ -71,6 +71,11 @@ size_t gp_provider_trim_tenant(gp_pool_state *p, gp_tenant *t, size_t want);
 gp_block *gp_provider_take(gp_pool_state *p, gp_stream_state *st, gp_segment *seg, bool small, size_t rsize,
                            size_t size);
 
+/* True when all of st's work up to its last free into its heap has completed (its fence event, recorded
+ * anew if st freed since, has completed): st's free blocks are then idle on the device. st locked.
+ * (provider/segment.c) */
+bool gp_stream_idle(gp_pool_state *p, gp_stream_state *st);
+
 /* Counts an OOM and fills the thread's message for a request the device cannot hold. */
 int gp_provider_out_of_memory(gp_pool_state *p, size_t size, gp_stream stream);
 

@@ -40,6 +40,12 @@ static bool fence_ready(gp_pool_state *p, gp_stream_state *st, bool *recorded)
     return p->ops->event_query(p->ctx, st->fence) == GP_OK;
 }
 
+bool gp_stream_idle(gp_pool_state *p, gp_stream_state *st)
+{
+    bool recorded;
+    return fence_ready(p, st, &recorded);
+}
+
 /*
  * Takes the smallest wholly free segment of another stream that fits `size`: only one whose owner's
  * fence has completed or, when `wait`, one whose fence st is then made to wait on. The segment is

@@ -11,13 +11,14 @@
  *   2. stitching (defrag:on): whole free pages cut out of FREE blocks anywhere in the pool, unmapped
  *      and mapped again where they make one contiguous block (the idea of GMLake, ASPLOS 2024);
  *   3. the device (phys_create).
- * Moved pages change owner and address but never contents that matter: only pages inside FREE blocks
- * move, and unmap waits for all device work first, so no stream can still be using them. Ranges stay
- * as they are once grown, so a steady workload maps nothing after warm-up.
+ * Before any of these, a stream whose heap misses takes another stream's unused range (steal_range)
+ * or borrows another stream's idle free block (borrow): memory moves between streams without a device
+ * or map call. Moved pages change owner and address but never contents that matter: only pages inside
+ * FREE blocks move, and unmap waits for all device work first, so no stream can still be using them.
  *
- * Every change is done one page at a time and leaves the pool consistent: a map or unmap that fails
- * stops the operation with the pages done so far in place (FREE and usable, or back in the page pool)
- * and fails only the request that asked for it.
+ * Pages are mapped and unmapped in runs (provider/pages.c) and every change leaves the pool
+ * consistent: a map or unmap that fails stops the operation with the pages done so far in place (FREE
+ * and usable, or back in the page pool) and fails only the request that asked for it.
  *
  * Locks: the pool lock is held throughout; a range's blocks change under its owner's stream lock,
  * which is held across the map/unmap calls on that range (slow path only). UNMAPPED blocks are created
@@ -216,11 +217,107 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
     return rc != GP_OK ? rc : gp_error_set(GP_ERR_OOM, "could not map %zu pages", pages);
 }
 
-/* The allocation slow path on a virtual memory backend: grow in place, stitch, or map new pages. A
- * fast path on st may take the new memory between growth and adoption, so growth is retried. */
+/*
+ * Takes the range of another stream of st's tenant with the fewest mapped bytes that holds `size`
+ * bytes and nothing live (every block FREE or UNMAPPED: gp_segment_unused), once its owner's work is
+ * done (gp_stream_idle): the range changes owner with its mapped pages and its UNMAPPED address space,
+ * so the new owner can also grow it in place. Returned with owner == st and its FREE blocks on no list
+ * (gp_provider_take puts them in st's heap). NULL when none may be taken.
+ */
+static gp_segment *steal_range(gp_pool_state *p, gp_stream_state *st, size_t size, bool small)
+{
+    gp_segment *best = NULL;
+    for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
+        if (seg->owner == st || seg->small != small || seg->paused || seg->pages == NULL ||
+            seg->mapped_bytes < size || seg->owner->tenant != st->tenant)
+            continue;
+        if (best != NULL && seg->mapped_bytes >= best->mapped_bytes)
+            continue;
+        gp_stream_state *owner = seg->owner;
+        pthread_mutex_lock(&owner->lock);
+        bool usable = gp_segment_unused(seg) && gp_stream_idle(p, owner);
+        pthread_mutex_unlock(&owner->lock);
+        if (usable)
+            best = seg;
+    }
+    if (best == NULL)
+        return NULL;
+    gp_stream_state *owner = best->owner;
+    pthread_mutex_lock(&owner->lock);
+    bool taken = gp_segment_unused(best) && gp_stream_idle(p, owner); /* the owner may have used it since */
+    if (taken) {
+        for (gp_block *b = best->first; b != NULL; b = b->next)
+            if (b->state == GP_BLOCK_FREE)
+                gp_heap_remove(gp_heap_of(owner, small), b);
+        best->owner = st;
+        gp_tenant_charge(owner->tenant, -(int64_t)best->mapped_bytes);
+        gp_tenant_charge(st->tenant, (int64_t)best->mapped_bytes);
+        atomic_fetch_add(&p->num_stream_steals, 1);
+    }
+    pthread_mutex_unlock(&owner->lock);
+    return taken ? best : NULL;
+}
+
+/*
+ * Borrowing: the smallest free block that fits among the heaps (of kind `small`) of the other streams of
+ * st's tenant whose work is done (gp_stream_idle), handed out to st without a device or map call. The
+ * block stays in its lender's range and live map, with st recorded as its user, so that its free on st
+ * takes the cross-stream path (api/free.c): it becomes PENDING on an event recorded on st and returns
+ * to the lender's heap once st's work on it has completed. Several models (or replicas) on one GPU
+ * take turns at their peaks; borrowing lets one stream's peak use another's idle cache where it lies,
+ * so that the streams together need about the memory of their combined peak instead of the sum of
+ * their own peaks, and nothing has to be unmapped or mapped again to move it.
+ */
+static gp_block *borrow(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t size, bool small)
+{
+    gp_stream_state *lender = NULL;
+    size_t best = 0;
+    unsigned count = atomic_load(&p->streams.count);
+    for (unsigned i = 0; i < count; i++) {
+        gp_stream_state *o = p->streams.by_index[i];
+        if (o == st || o->handle == st->handle || o->tenant != st->tenant)
+            continue;
+        pthread_mutex_lock(&o->lock);
+        gp_heap *heap = gp_heap_of(o, small);
+        size_t fit = 0;
+        if (heap->free_bytes >= rsize) {
+            gp_pending_collect(p, o, 0);
+            fit = gp_heap_fit(heap, rsize);
+        }
+        if (fit != 0 && (best == 0 || fit < best) && gp_stream_idle(p, o)) {
+            lender = o;
+            best = fit;
+        }
+        pthread_mutex_unlock(&o->lock);
+    }
+    if (lender == NULL)
+        return NULL;
+    pthread_mutex_lock(&lender->lock);
+    gp_block *b = NULL;
+    if (gp_stream_idle(p, lender) && gp_block_map_reserve(&lender->live))
+        b = gp_heap_take(gp_heap_of(lender, small), &lender->blocks, rsize);
+    if (b != NULL) {
+        gp_hand_out(p, lender, b, size);
+        gp_stream_state **uses = b->uses != NULL ? b->uses : b->uses_inline;
+        uses[0] = st; /* capacity >= GP_BLOCK_INLINE_USES >= 1 */
+        b->use_count = 1;
+    }
+    pthread_mutex_unlock(&lender->lock);
+    return b;
+}
+
+/* The allocation slow path on a virtual memory backend, in this order: st's own heap; another stream's
+ * unused range (it changes owner with its pages); borrowing another stream's idle free block (both
+ * without a device or map call); growth in place from pooled, new or stitched pages. A fast path on st
+ * may take the new memory between growth and adoption, so growth is retried. */
 static int alloc_vmm(gp_pool_state *p, gp_stream_state *st, size_t size, size_t rsize, bool small, void **out)
 {
     gp_block *b = gp_provider_take(p, st, NULL, small, rsize, size);
+    gp_segment *seg;
+    if (b == NULL && (seg = steal_range(p, st, rsize, small)) != NULL)
+        b = gp_provider_take(p, st, seg, small, rsize, size);
+    if (b == NULL && p->cfg.borrow)
+        b = borrow(p, st, rsize, size, small);
     int rc = GP_OK;
     for (int attempt = 0; b == NULL && attempt < 3; attempt++) {
         rc = grow(p, st, rsize, small);
@@ -321,20 +418,44 @@ static size_t destroy(gp_pool_state *p, int *failed)
                 *failed = GP_ERR_DEVICE;
             continue;
         }
+        /* Runs of mapped pages, each unmapped after one device synchronize, then released. */
         gp_block *b = seg->first;
-        for (uintptr_t va = seg->addr; va < seg->addr + seg->size; va += p->page) {
-            while (b->addr + b->size <= va)
-                b = b->next;
-            if (b->state == GP_BLOCK_UNMAPPED || seg->pages[gp_page_index(p, seg, va)] == GP_PHYS_NONE)
-                continue; /* unmapped blocks are whole pages; paused ranges may have pages without memory */
-            int rc = p->ops->unmap(p->ctx, va, p->page);
-            if (rc == GP_OK)
-                rc = p->ops->phys_release(p->ctx, seg->pages[gp_page_index(p, seg, va)]);
-            if (rc != GP_OK) {
-                lost += p->page;
-                clean = false;
-                if (*failed == GP_OK)
-                    *failed = rc;
+        uintptr_t run = 0;
+        size_t n = 0;
+        for (uintptr_t va = seg->addr; va <= seg->addr + seg->size; va += p->page) {
+            bool mapped = false;
+            if (va < seg->addr + seg->size) {
+                while (b->addr + b->size <= va)
+                    b = b->next;
+                /* unmapped blocks are whole pages; paused ranges may have pages without memory */
+                mapped = b->state != GP_BLOCK_UNMAPPED && seg->pages[gp_page_index(p, seg, va)] != GP_PHYS_NONE;
+            }
+            if (mapped) {
+                if (n++ == 0)
+                    run = va;
+                continue;
+            }
+            while (n > 0) {
+                size_t done = 0;
+                int rc = gp_pages_unmap_run(p, run, n, &done);
+                for (size_t i = 0; i < done; i++) {
+                    int rrc = p->ops->phys_release(p->ctx, seg->pages[gp_page_index(p, seg, run) + i]);
+                    if (rrc != GP_OK) {
+                        lost += p->page;
+                        clean = false;
+                        if (*failed == GP_OK)
+                            *failed = rrc;
+                    }
+                }
+                if (rc != GP_OK) { /* the page that failed stays mapped and is lost; go on after it */
+                    lost += p->page;
+                    clean = false;
+                    if (*failed == GP_OK)
+                        *failed = rc;
+                    done++;
+                }
+                run += done * p->page;
+                n -= done;
             }
         }
         if (clean && p->ops->va_release(p->ctx, seg->addr, seg->size) != GP_OK && *failed == GP_OK)
@@ -451,20 +572,31 @@ int gp_vmm_pause_range(gp_pool_state *p, gp_segment *seg, gp_held_page *held, si
 {
     size_t pages = seg->size / p->page;
     seg->paused = true;
-    for (size_t i = 0; i < pages; i++) {
+    for (size_t i = 0; i < pages;) {
         uintptr_t va = seg->addr + i * p->page;
-        if (seg->pages[i] == GP_PHYS_NONE || !page_in_use(seg, va))
+        /* a page of no block in use, or of a paused range that failed to resume part-way: skip */
+        if (seg->pages[i] == GP_PHYS_NONE || !page_in_use(seg, va)) {
+            i++;
             continue;
-        int rc = p->ops->unmap(p->ctx, va, p->page);
+        }
+        /* a run of consecutive mapped pages, unmapped after one device synchronize */
+        size_t n = 1;
+        while (i + n < pages && seg->pages[i + n] != GP_PHYS_NONE && page_in_use(seg, va + n * p->page))
+            n++;
+        size_t done = 0;
+        int rc = gp_pages_unmap_run(p, va, n, &done);
+        atomic_fetch_add(&p->num_unmaps, done);
+        for (size_t k = 0; k < done; k++, i++) {
+            gp_history_note(p, GP_HIST_SEGMENT_UNMAP, seg->addr + i * p->page, p->page, seg->owner->handle,
+                            seg->owner->tenant->index);
+            seg->mapped_bytes -= p->page;
+            p->paused_bytes += p->page;
+            gp_tenant_charge(seg->owner->tenant, -(int64_t)p->page);
+            held[(*nheld)++] = (gp_held_page){seg, i, seg->pages[i]}; /* the ledger is credited at commit */
+            seg->pages[i] = GP_PHYS_NONE;
+        }
         if (rc != GP_OK)
             return rc;
-        atomic_fetch_add(&p->num_unmaps, 1);
-        gp_history_note(p, GP_HIST_SEGMENT_UNMAP, va, p->page, seg->owner->handle, seg->owner->tenant->index);
-        seg->mapped_bytes -= p->page;
-        p->paused_bytes += p->page;
-        gp_tenant_charge(seg->owner->tenant, -(int64_t)p->page);
-        held[(*nheld)++] = (gp_held_page){seg, i, seg->pages[i]}; /* the ledger is credited at commit */
-        seg->pages[i] = GP_PHYS_NONE;
     }
     return GP_OK;
 }

@@ -446,11 +446,9 @@ static int sim_phys_release(void *ctx, gp_phys handle)
     return rc;
 }
 
-static int sim_map(void *ctx, gp_devptr va, size_t size, gp_phys handle)
+/* Checks one map of `handle` (size bytes) at va, counting it (and its fault), then maps it. Sim locked. */
+static int map_one(gp_sim *sim, gp_devptr va, size_t size, gp_phys handle)
 {
-    gp_sim *sim = ctx;
-    lock(sim);
-    assert(sim->vmm != NULL);
     int rc = begin_call(sim, GP_SIM_CALL_MAP, "map");
     gpsim_phys_handle *h = rc == GP_OK ? gpsim_vmm_handle_find(sim->vmm, handle) : NULL;
     if (rc == GP_OK && h == NULL)
@@ -470,24 +468,87 @@ static int sim_map(void *ctx, gp_devptr va, size_t size, gp_phys handle)
                       handle, mapped, mapped == 1 ? "" : "s");
     if (rc == GP_OK)
         rc = gpsim_vmm_map(sim->vmm, va, h);
+    return rc;
+}
+
+/* map: cuMemMap, then cuMemSetAccess on the same range (counted as a SET_ACCESS call; a fault there
+ * unmaps again, as the vmm backend does). */
+static int sim_map(void *ctx, gp_devptr va, size_t size, gp_phys handle)
+{
+    gp_sim *sim = ctx;
+    lock(sim);
+    assert(sim->vmm != NULL);
+    int rc = map_one(sim, va, size, handle);
     if (rc == GP_OK && (rc = begin_call(sim, GP_SIM_CALL_SET_ACCESS, "set_access")) != GP_OK)
-        gpsim_vmm_unmap(sim->vmm, va, size); /* as the vmm backend: no mapping without access stays */
+        gpsim_vmm_unmap(sim->vmm, va, size);
     unlock(sim);
     return rc;
 }
 
+/* map_run: one MAP call per handle, one SET_ACCESS call for the run; all or nothing. */
+static int sim_map_run(void *ctx, gp_devptr va, size_t page, const gp_phys *handles, size_t n)
+{
+    gp_sim *sim = ctx;
+    lock(sim);
+    assert(sim->vmm != NULL);
+    int rc = n == 0 ? bad_call(sim, "map_run(0x%" PRIxPTR ", %zu): no handles", va, page) : GP_OK;
+    size_t done = 0;
+    for (; rc == GP_OK && done < n; done++)
+        if ((rc = map_one(sim, va + done * page, page, handles[done])) != GP_OK)
+            break;
+    if (rc == GP_OK)
+        rc = begin_call(sim, GP_SIM_CALL_SET_ACCESS, "set_access");
+    if (rc != GP_OK)
+        for (size_t i = 0; i < done; i++)
+            gpsim_vmm_unmap(sim->vmm, va + i * page, page);
+    unlock(sim);
+    return rc;
+}
+
+/* Counts an unmap (and its fault) and checks that [va, va+size) is exactly one mapping. Sim locked. */
+static int unmap_check(gp_sim *sim, gp_devptr va, size_t size)
+{
+    int rc = begin_call(sim, GP_SIM_CALL_UNMAP, "unmap");
+    if (rc == GP_OK && !gpsim_vmm_is_mapping(sim->vmm, va, size))
+        rc = bad_call(sim, "bad unmap: unmap(0x%" PRIxPTR ", %zu) is not exactly one mapping of this device", va,
+                      size);
+    return rc;
+}
+
+/* unmap: the device synchronize (a DEVICE_SYNC call) and cuMemUnmap. */
 static int sim_unmap(void *ctx, gp_devptr va, size_t size)
 {
     gp_sim *sim = ctx;
     lock(sim);
     assert(sim->vmm != NULL);
-    int rc = begin_call(sim, GP_SIM_CALL_UNMAP, "unmap");
-    if (rc == GP_OK && !gpsim_vmm_is_mapping(sim->vmm, va, size))
-        rc = bad_call(sim, "bad unmap: unmap(0x%" PRIxPTR ", %zu) is not exactly one mapping of this device", va,
-                      size);
+    int rc = unmap_check(sim, va, size);
+    if (rc == GP_OK)
+        rc = begin_call(sim, GP_SIM_CALL_DEVICE_SYNC, "device_synchronize");
     if (rc == GP_OK) {
         gpsim_run_all(sim); /* as the vmm backend: all device work that may use it finishes first */
         gpsim_vmm_unmap(sim->vmm, va, size);
+    }
+    unlock(sim);
+    return rc;
+}
+
+/* unmap_run: one DEVICE_SYNC for the run, then one UNMAP call per mapping, stopping at a failure. */
+static int sim_unmap_run(void *ctx, gp_devptr va, size_t page, size_t n, size_t *done)
+{
+    gp_sim *sim = ctx;
+    lock(sim);
+    assert(sim->vmm != NULL);
+    *done = 0;
+    int rc = n == 0 ? bad_call(sim, "unmap_run(0x%" PRIxPTR ", %zu): no mappings", va, page) : GP_OK;
+    if (rc == GP_OK)
+        rc = begin_call(sim, GP_SIM_CALL_DEVICE_SYNC, "device_synchronize");
+    if (rc == GP_OK)
+        gpsim_run_all(sim);
+    for (; rc == GP_OK && *done < n; (*done)++) {
+        gp_devptr at = va + *done * page;
+        if ((rc = unmap_check(sim, at, page)) != GP_OK)
+            break;
+        gpsim_vmm_unmap(sim->vmm, at, page);
     }
     unlock(sim);
     return rc;
@@ -601,6 +662,8 @@ const gp_backend_ops gp_backend_sim_vmm = {
     .phys_release = sim_phys_release,
     .map = sim_map,
     .unmap = sim_unmap,
+    .map_run = sim_map_run,
+    .unmap_run = sim_unmap_run,
     .copy_to_host = sim_copy_to_host,
     .copy_to_device = sim_copy_to_device,
     .host_alloc = sim_host_alloc,

@@ -32,7 +32,7 @@
 #define GPSIM_PAGE_SIZE ((size_t)2 << 20) /* device allocation granule and alignment */
 #define GPSIM_SPAN_FACTOR 4               /* address space mapped per byte of capacity */
 #define GPSIM_VIOLATION_MAX 512
-#define GPSIM_CALL_KINDS 18 /* bits of enum gp_sim_call */
+#define GPSIM_CALL_KINDS 19 /* bits of enum gp_sim_call */
 _Static_assert(GP_SIM_CALL_ALL == (1u << GPSIM_CALL_KINDS) - 1, "GPSIM_CALL_KINDS != the kinds of gp_sim_call");
 
 /* ---- device memory (sim_memory.c) ----------------------------------------------------------- */

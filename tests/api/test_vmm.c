@@ -172,13 +172,88 @@ Test(vmm, stitching_across_streams_is_ordered)
     cr_assert_eq(gp_free(pool, p, stream), GP_OK);
 }
 
-Test(vmm, steady_loop_makes_no_map_calls)
+Test(vmm, growth_maps_a_run_with_one_access_call)
 {
-    open_pool("device_memory:2GiB");
-    static const size_t sizes[] = {100 * MIB, 25 * MIB, 5 * MIB + 512, 20 * MIB, 8 * MIB, 300 * 1024, 100 * MIB};
-    enum { N = sizeof sizes / sizeof sizes[0] };
+    open_pool("device_memory:1GiB");
+    uint64_t access = gp_sim_calls(sim, GP_SIM_CALL_SET_ACCESS);
+    void *p = alloc_written(64 * MIB, 1);
+    cr_assert_eq(maps(), 32, "one map per 2 MiB page");
+    cr_assert_eq(gp_sim_calls(sim, GP_SIM_CALL_SET_ACCESS) - access, 1, "one access call for the 32 pages");
+    check_pattern(p, 64 * MIB, 1);
+    cr_assert_eq(gp_free(pool, p, stream), GP_OK);
+}
+
+Test(vmm, stitching_synchronizes_once_per_run_of_pages)
+{
+    open_pool(STITCH_CONFIG);
+    void *pins[2];
+    two_holes(pins);
+    uint64_t syncs = gp_sim_calls(sim, GP_SIM_CALL_DEVICE_SYNC), unmaps = gp_sim_calls(sim, GP_SIM_CALL_UNMAP);
+    void *big = alloc_written(2 * H, 99);
+    cr_assert_eq(gp_sim_calls(sim, GP_SIM_CALL_UNMAP) - unmaps, 2 * H / (2 * MIB));
+    cr_assert_eq(gp_sim_calls(sim, GP_SIM_CALL_DEVICE_SYNC) - syncs, 2, "one synchronize per hole, not per page");
+    check_pattern(pins[0], H, 11);
+    check_pattern(pins[1], H, 13);
+    check_pattern(big, 2 * H, 99);
+    cr_assert_eq(gp_free(pool, big, stream), GP_OK);
+    cr_assert_eq(gp_free(pool, pins[0], stream), GP_OK);
+    cr_assert_eq(gp_free(pool, pins[1], stream), GP_OK);
+}
+
+Test(vmm, an_unused_range_changes_stream_without_device_or_map_calls)
+{
+    open_pool("device_memory:1GiB");
+    gp_stream other = gp_sim_stream_create(sim);
+    void *q;
+    cr_assert_eq(gp_alloc(pool, &q, 64 * MIB, other), GP_OK);
+    cr_assert_eq(gp_sim_launch(sim, other, q, 64 * MIB, GP_SIM_WRITE, 5, 1000), GP_OK);
+    cr_assert_eq(gp_free(pool, q, other), GP_OK);
+    gp_sim_synchronize(sim); /* other's fence completes: its range is free to move */
+    gp_stats before = stats_now();
+    uint64_t calls = gp_sim_calls(sim, GP_SIM_CALL_PHYS_CREATE | GP_SIM_CALL_MAP | GP_SIM_CALL_UNMAP);
+    void *p = alloc_written(64 * MIB, 6);
+    gp_stats after = stats_now();
+    cr_assert_eq(gp_sim_calls(sim, GP_SIM_CALL_PHYS_CREATE | GP_SIM_CALL_MAP | GP_SIM_CALL_UNMAP), calls,
+                 "the range moved with its pages");
+    cr_assert_eq(after.reserved_bytes, before.reserved_bytes);
+    cr_assert_eq(after.num_stream_steals, before.num_stream_steals + 1);
+    check_pattern(p, 64 * MIB, 6);
+    cr_assert_eq(gp_free(pool, p, stream), GP_OK);
+    gp_sim_synchronize(sim);
+    gp_sim_report r;
+    gp_sim_get_report(sim, &r);
+    cr_assert_eq(r.races, 0, "%s", gp_sim_first_violation(sim));
+}
+
+Test(vmm, a_range_still_in_use_on_its_stream_does_not_move)
+{
+    open_pool("device_memory:1GiB");
+    gp_stream other = gp_sim_stream_create(sim);
+    void *q;
+    cr_assert_eq(gp_alloc(pool, &q, 64 * MIB, other), GP_OK);
+    cr_assert_eq(gp_sim_launch(sim, other, q, 64 * MIB, GP_SIM_WRITE, 5, 1000000), GP_OK);
+    cr_assert_eq(gp_free(pool, q, other), GP_OK); /* the kernel still runs */
+    gp_stats before = stats_now();
+    void *p = alloc_written(64 * MIB, 6);
+    gp_stats after = stats_now();
+    cr_assert_eq(after.num_stream_steals, before.num_stream_steals, "other's fence has not completed");
+    check_pattern(p, 64 * MIB, 6);
+    gp_sim_synchronize(sim);
+    gp_sim_report r;
+    gp_sim_get_report(sim, &r);
+    cr_assert_eq(r.races, 0, "%s", gp_sim_first_violation(sim));
+    cr_assert_eq(gp_free(pool, p, stream), GP_OK);
+}
+
+/* A training-like loop: the odd blocks outlive a 120 MiB request that no single hole fits. */
+static const size_t loop_sizes[] = {100 * MIB, 25 * MIB, 5 * MIB + 512, 20 * MIB, 8 * MIB, 300 * 1024, 100 * MIB};
+
+static uint64_t run_loop(int steps, int warmup_steps)
+{
+    const size_t *sizes = loop_sizes;
+    enum { N = sizeof loop_sizes / sizeof loop_sizes[0] };
     uint64_t maps_after_warmup = 0;
-    for (int step = 0; step < 6; step++) {
+    for (int step = 0; step < steps; step++) {
         void *p[N];
         for (int i = 0; i < N; i++)
             cr_assert_eq(gp_alloc(pool, &p[i], sizes[i], stream), GP_OK, "%s", gp_last_error());
@@ -189,11 +264,97 @@ Test(vmm, steady_loop_makes_no_map_calls)
         cr_assert_eq(gp_free(pool, extra, stream), GP_OK);
         for (int i = 1; i < N; i += 2)
             cr_assert_eq(gp_free(pool, p[i], stream), GP_OK);
-        if (step == 2)
+        if (step == warmup_steps - 1)
             maps_after_warmup = maps();
     }
-    cr_assert_eq(maps(), maps_after_warmup, "steps 4-6 mapped %llu pages",
-                 (unsigned long long)(maps() - maps_after_warmup));
+    return maps() - maps_after_warmup;
+}
+
+Test(vmm, steady_loop_without_defrag_makes_no_map_calls)
+{
+    open_pool("device_memory:2GiB,defrag:off");
+    uint64_t late = run_loop(6, 3);
+    cr_assert_eq(late, 0, "steps 4-6 mapped %llu pages", (unsigned long long)late);
+}
+
+/* With stitching (the default) the loop holds no more than its demand: (1 + cache_slack) x its peak of
+ * allocated bytes, plus the rounding of its two ranges (small and large) to whole pages. Stitching
+ * every step costs map calls instead; a pool that grew by what it stitched would hold 120 MiB more. */
+Test(vmm, steady_loop_with_defrag_holds_its_demand)
+{
+    open_pool("device_memory:2GiB");
+    run_loop(6, 3);
+    gp_stats s = stats_now();
+    double bound = (double)s.allocated_bytes_peak * 1.04 + 2.0 * 2 * MIB;
+    cr_assert_leq((double)s.reserved_bytes_peak, bound, "peak reserved %zu, peak allocated %zu",
+                  (size_t)s.reserved_bytes_peak, (size_t)s.allocated_bytes_peak);
+}
+
+/* ---- borrowing: a stream takes another's idle free block, without device or map calls ---------- */
+
+Test(vmm, a_stream_borrows_an_idle_free_block_of_another)
+{
+    open_pool("device_memory:1GiB");
+    gp_stream other = gp_sim_stream_create(sim);
+    void *pin, *q;
+    cr_assert_eq(gp_alloc(pool, &pin, 4 * MIB, other), GP_OK); /* keeps other's range in use */
+    cr_assert_eq(gp_alloc(pool, &q, 64 * MIB, other), GP_OK);
+    cr_assert_eq(gp_sim_launch(sim, other, q, 64 * MIB, GP_SIM_WRITE, 5, 1000), GP_OK);
+    cr_assert_eq(gp_free(pool, q, other), GP_OK);
+    gp_sim_synchronize(sim); /* other's work is done */
+    uint64_t calls = gp_sim_calls(sim, GP_SIM_CALL_PHYS_CREATE | GP_SIM_CALL_MAP | GP_SIM_CALL_UNMAP);
+    gp_stats before = stats_now();
+    void *p = alloc_written(64 * MIB, 6);
+    cr_assert_eq(p, q, "the same memory, where it lies");
+    cr_assert_eq(gp_sim_calls(sim, GP_SIM_CALL_PHYS_CREATE | GP_SIM_CALL_MAP | GP_SIM_CALL_UNMAP), calls);
+    cr_assert_eq(stats_now().reserved_bytes, before.reserved_bytes);
+    /* a long kernel on `stream`, then its free: `other` must not get the block back before it ends */
+    cr_assert_eq(gp_sim_launch(sim, stream, p, 64 * MIB, GP_SIM_WRITE, 7, 1000000), GP_OK);
+    cr_assert_eq(gp_free(pool, p, stream), GP_OK);
+    void *r;
+    cr_assert_eq(gp_alloc(pool, &r, 64 * MIB, other), GP_OK, "%s", gp_last_error());
+    cr_assert_neq(r, p, "the borrowed block is pending on stream's work");
+    cr_assert_eq(gp_sim_launch(sim, other, r, 64 * MIB, GP_SIM_WRITE, 8, 10), GP_OK);
+    gp_sim_synchronize(sim);
+    gp_sim_report rep;
+    gp_sim_get_report(sim, &rep);
+    cr_assert_eq(rep.races, 0, "%s", gp_sim_first_violation(sim));
+    cr_assert_eq(gp_free(pool, r, other), GP_OK);
+    cr_assert_eq(gp_free(pool, pin, other), GP_OK);
+}
+
+Test(vmm, no_borrowing_from_a_stream_whose_work_is_not_done)
+{
+    open_pool("device_memory:1GiB");
+    gp_stream other = gp_sim_stream_create(sim);
+    void *pin, *q;
+    cr_assert_eq(gp_alloc(pool, &pin, 4 * MIB, other), GP_OK);
+    cr_assert_eq(gp_alloc(pool, &q, 64 * MIB, other), GP_OK);
+    cr_assert_eq(gp_sim_launch(sim, other, q, 64 * MIB, GP_SIM_WRITE, 5, 1000000), GP_OK);
+    cr_assert_eq(gp_free(pool, q, other), GP_OK); /* the kernel still runs */
+    void *p = alloc_written(64 * MIB, 6);
+    cr_assert_neq(p, q);
+    gp_sim_synchronize(sim);
+    gp_sim_report rep;
+    gp_sim_get_report(sim, &rep);
+    cr_assert_eq(rep.races, 0, "%s", gp_sim_first_violation(sim));
+    cr_assert_eq(gp_free(pool, p, stream), GP_OK);
+    cr_assert_eq(gp_free(pool, pin, other), GP_OK);
+}
+
+Test(vmm, borrow_off_grows_instead)
+{
+    open_pool("device_memory:1GiB,borrow:off");
+    gp_stream other = gp_sim_stream_create(sim);
+    void *pin, *q;
+    cr_assert_eq(gp_alloc(pool, &pin, 4 * MIB, other), GP_OK);
+    cr_assert_eq(gp_alloc(pool, &q, 64 * MIB, other), GP_OK);
+    cr_assert_eq(gp_free(pool, q, other), GP_OK);
+    gp_sim_synchronize(sim);
+    void *p = alloc_written(64 * MIB, 6);
+    cr_assert_neq(p, q);
+    cr_assert_eq(gp_free(pool, p, stream), GP_OK);
+    cr_assert_eq(gp_free(pool, pin, other), GP_OK);
 }
 
 Test(vmm, idle_memory_is_given_back)

@@ -5,7 +5,9 @@
  *
  *   ledger_worker LEDGER BACKEND load TENANT ITERATIONS SEED
  *       random allocations and frees (1 KiB .. 16 MiB, up to 32 live) in TENANT; prints
- *       "ok N quota N oom N" and exits 0 when gp_check held throughout and the pool was destroyed clean
+ *       "ok N quota N oom N" and exits 0 when gp_check held throughout and the pool was destroyed clean;
+ *       ITERATIONS 0: until stdin closes (a victim the test kills: it cannot have finished and left the
+ *       ledger on its own before the kill, however slowly the test gets to it)
  *   ledger_worker LEDGER BACKEND hold TENANT BYTES
  *       allocates BYTES in 2 MiB pieces, prints "held N rc CODE", then waits (calling gp_maintain every
  *       millisecond, so it answers requests to trim) until stdin closes; frees, destroys, exits 0
@@ -22,9 +24,11 @@
  * runs do not collide). GPUPOOL_TEST_WAIT overrides ledger_wait.
  */
 #define _DEFAULT_SOURCE
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/select.h>
 #include <unistd.h>
 
 #include "gpupool.h"
@@ -53,6 +57,17 @@ static int enter_tenant(gp_pool *pool, const char *tenant)
     if (rc != GP_OK)
         fprintf(stderr, "worker: tenant %s: %s\n", tenant, gp_last_error());
     return rc;
+}
+
+/* Has stdin closed (the test ended this worker, or died itself)? Does not block. */
+static bool stdin_closed(void)
+{
+    fd_set set;
+    FD_ZERO(&set);
+    FD_SET(0, &set);
+    struct timeval tv = {0, 0};
+    char c;
+    return select(1, &set, NULL, NULL, &tv) > 0 && read(0, &c, 1) <= 0;
 }
 
 /* Waits for stdin to close, answering other processes' requests to trim meanwhile. */
@@ -95,7 +110,9 @@ static int run_load(const char *ledger, const char *backend, const char *tenant,
     void *ptrs[LIVE] = {0};
     unsigned long ok = 0, quota = 0, oom = 0, other = 0;
     int checked = 0;
-    for (long i = 0; i < iterations; i++) {
+    for (long i = 0; iterations == 0 || i < iterations; i++) {
+        if (iterations == 0 && i % 64 == 0 && stdin_closed())
+            break;
         unsigned slot = (unsigned)rand_r(&seed) % LIVE;
         if (ptrs[slot] != NULL) {
             gp_free(pool, ptrs[slot], s);

@@ -100,10 +100,11 @@ static inline int mp_finish(mp_worker *w)
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
-static inline void mp_kill(mp_worker *w)
+/* Kills the worker with SIGKILL and reaps it; returns its exit status as mp_finish does. */
+static inline int mp_kill(mp_worker *w)
 {
     kill(w->pid, SIGKILL);
-    mp_finish(w);
+    return mp_finish(w);
 }
 
 /* The GPU-wide figures of tenant `name` in a locked view (0 if unknown). */

@@ -8,11 +8,15 @@
  *      on, and every charge of the dead is gone once the survivors have looked;
  *   5. a ledger of a wrong layout version, or of a wrong size, is refused with a message that says
  *      which, and is left as it was;
- *   6. a stale ledger from a crashed run (pools of dead processes, or made half-way) is recovered.
+ *   6. a stale ledger from a crashed run (pools of dead processes, or made half-way) is recovered;
+ *   7. a process killed but not yet reaped by its parent (a zombie: kill(pid, 0) still succeeds and its
+ *      start time still matches) is dead to the ledger: its charges go at the next look, before the
+ *      parent collects it.
  */
 #include "mp_harness.h"
 
 #include <fcntl.h>
+#include <time.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 
@@ -91,6 +95,56 @@ static void killed_holding_the_lock(void)
     gp_ledger_unlink(shm);
 }
 
+static double monotonic_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The state letter of /proc/PID/stat (the field after the last ')', since comm may hold ')'), or '?'. */
+static char proc_state(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return '?';
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    return p != NULL && p[1] == ' ' && p[2] != '\0' ? p[2] : '?';
+}
+
+static void killed_not_reaped(void)
+{
+    char value[48], shm[GP_LEDGER_NAME_MAX];
+    gp_ledger *l = open_with_max("zombie", value, shm, "model", 64 * MIB);
+    mp_worker victim = mp_start((char *[]){"", value, "-", "charge-then-die", "model", "62914560", NULL}); /* 60 MiB */
+    mp_read_line(&victim);
+    CHECK(strcmp(victim.line, "charged") == 0, "victim: '%s'", victim.line);
+    CHECK(mp_tenant_held(l, "model") == 60 * MIB, "victim's charge is %llu",
+          (unsigned long long)mp_tenant_held(l, "model"));
+    kill(victim.pid, SIGKILL); /* and no waitpid yet: this process is a parent that has not collected it */
+    char state = proc_state(victim.pid);
+    for (double deadline = monotonic_s() + 30; state != 'Z' && monotonic_s() < deadline; state = proc_state(victim.pid))
+        usleep(1000);
+    CHECK(state == 'Z', "the killed victim is not a zombie within 30 s (state '%c')", state);
+    CHECK(kill(victim.pid, 0) == 0, "kill(pid, 0) fails on the zombie: the case this test is about is not set up");
+    gp_ledger_reclaim_dead(l);
+    static gp_ledger_view v;
+    gp_ledger_view_read(l, &v, true);
+    CHECK(v.num_pools == 0 && v.device_held == 0 && v.reclaimed_pools == 1 && v.reclaimed_bytes == 60 * MIB,
+          "an unreaped (zombie) process still counts: %u pools, %llu bytes charged, %llu pools / %llu bytes reclaimed",
+          v.num_pools, (unsigned long long)v.device_held, (unsigned long long)v.reclaimed_pools,
+          (unsigned long long)v.reclaimed_bytes);
+    int status = mp_finish(&victim); /* reaped only now */
+    CHECK(status == 128 + SIGKILL, "victim was not killed by SIGKILL (exit status %d)", status);
+    gp_ledger_close(l);
+    gp_ledger_unlink(shm);
+}
+
 static void killed_under_load(void)
 {
     char value[48], shm[GP_LEDGER_NAME_MAX];
@@ -99,23 +153,30 @@ static void killed_under_load(void)
     for (int i = 0; i < 4; i++) {
         char seed[16];
         snprintf(seed, sizeof seed, "%d", 101 + i);
-        w[i] = mp_start((char *[]){"", value, i % 2 ? "sim-vmm" : "sim", "load", "model", i < 2 ? "400000" : "4000",
+        w[i] = mp_start((char *[]){"", value, i % 2 ? "sim-vmm" : "sim", "load", "model", i < 2 ? "0" : "4000",
                                    seed, NULL});
     }
-    /* Workers 0 and 1 run far longer: once both have registered they are killed mid-way, inside the
-     * pool (almost all of their time is spent in gp_alloc and gp_free). */
+    /* Workers 0 and 1 run until stdin closes, so they are still inside the pool when they are killed
+     * (almost all of their time is spent in gp_alloc and gp_free), however late the kill comes: a
+     * victim with a fixed number of iterations could finish, unregister cleanly and leave nothing to
+     * reclaim on a loaded machine. They are killed once both are registered and hold device memory;
+     * the wait is bounded by a deadline (not a count of naps), and a victim that never got there is a
+     * failure of its own, not a wrong count below. */
     static gp_ledger_view seen;
-    for (int tries = 0, both = 0; !both && tries < 3000; tries++) {
+    int ready = 0;
+    for (double deadline = monotonic_s() + 60; ready < 2 && monotonic_s() < deadline;) {
         gp_ledger_view_read(l, &seen, false);
-        int found = 0;
+        ready = 0;
         for (unsigned i = 0; i < seen.num_pools; i++)
-            found += seen.pools[i].pid == w[0].pid || seen.pools[i].pid == w[1].pid;
-        both = found == 2;
-        usleep(1000);
+            ready += (seen.pools[i].pid == w[0].pid || seen.pools[i].pid == w[1].pid) && seen.pools[i].device_held > 0;
+        if (ready < 2)
+            usleep(1000);
     }
-    usleep(100000);
-    mp_kill(&w[0]);
-    mp_kill(&w[1]);
+    CHECK(ready == 2, "only %d of the 2 victims registered and charged device memory within 60 s", ready);
+    for (int i = 0; i < 2; i++) {
+        int status = mp_kill(&w[i]); /* returns once the victim is reaped: no zombie is left to look alive */
+        CHECK(status == 128 + SIGKILL, "victim %d was not killed by SIGKILL (exit status %d)", i, status);
+    }
     for (int i = 2; i < 4; i++) {
         mp_read_line(&w[i]);
         CHECK(mp_finish(&w[i]) == 0, "survivor %d failed: '%s'", i, w[i].line);
@@ -240,6 +301,7 @@ int main(void)
     killed_mid_allocation();
     killed_holding_the_lock();
     killed_under_load();
+    killed_not_reaped();
     wrong_layout();
     stale_ledger();
     if (mp_failures != 0) {

@@ -144,7 +144,8 @@ Test(sim_vmm, reserve_map_unmap_release_round_trip)
     cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_MAP), 2);
     cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_UNMAP), 2);
     cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_SET_ACCESS), 2, "each map sets access once");
-    cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_ALL), 14);
+    cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_DEVICE_SYNC), 2, "an unmap synchronizes first");
+    cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_ALL), 16);
 
     /* the freed address space is reused (first fit) */
     gp_devptr again = reserve_ok(ctx, 8 * MiB);
@@ -703,11 +704,78 @@ Test(sim_vmm_fault, each_new_call_kind_fails_once_and_changes_nothing)
     B->close(ctx);
 }
 
+/* ---- runs: one access call per map_run, one synchronize per unmap_run -------------------------- */
+
+Test(sim_vmm, map_run_sets_access_once_unmap_run_synchronizes_once)
+{
+    void *ctx;
+    gp_sim *sim = open_sim(64 * MiB, &ctx);
+    gp_devptr va = reserve_ok(ctx, 16 * MiB);
+    gp_phys h[4];
+    for (int i = 0; i < 4; i++)
+        h[i] = create_ok(ctx, 2 * MiB);
+    uint64_t maps = gp_sim_calls(sim, GP_SIM_CALL_MAP), access = gp_sim_calls(sim, GP_SIM_CALL_SET_ACCESS);
+    cr_assert_eq(B->map_run(ctx, va, 2 * MiB, h, 4), GP_OK, "%s", gp_last_error());
+    cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_MAP) - maps, 4, "one map per handle");
+    cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_SET_ACCESS) - access, 1, "one access call for the run");
+    cr_expect_eq(report_of(sim).mappings, 4);
+    /* one kernel across the whole run: every page is accessible */
+    cr_assert_eq(gp_sim_launch(sim, NULL, ptr(va), 8 * MiB, GP_SIM_WRITE, 3, 10), GP_OK, "%s",
+                 gp_sim_first_violation(sim));
+    cr_assert_eq(gp_sim_launch(sim, NULL, ptr(va), 8 * MiB, GP_SIM_CHECK, 3, 10), GP_OK);
+    uint64_t syncs = gp_sim_calls(sim, GP_SIM_CALL_DEVICE_SYNC), unmaps = gp_sim_calls(sim, GP_SIM_CALL_UNMAP);
+    size_t done = 0;
+    cr_assert_eq(B->unmap_run(ctx, va, 2 * MiB, 4, &done), GP_OK, "%s", gp_last_error());
+    cr_expect_eq(done, 4);
+    cr_expect_eq(gp_sim_now(sim), 20, "the unmap waited for both kernels");
+    cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_DEVICE_SYNC) - syncs, 1, "one synchronize for the run");
+    cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_UNMAP) - unmaps, 4);
+    gp_sim_report r = report_of(sim);
+    cr_expect_eq(r.mappings, 0);
+    cr_expect_eq(r.pattern_mismatches + r.bad_calls, 0, "%s", gp_sim_first_violation(sim));
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(B->phys_release(ctx, h[i]), GP_OK);
+    cr_assert_eq(B->va_release(ctx, va, 16 * MiB), GP_OK);
+    B->close(ctx);
+}
+
+Test(sim_vmm_fault, a_failed_map_run_maps_nothing_a_failed_unmap_run_says_how_far_it_got)
+{
+    void *ctx;
+    gp_sim *sim = open_sim(64 * MiB, &ctx);
+    gp_devptr va = reserve_ok(ctx, 16 * MiB);
+    gp_phys h[4];
+    for (int i = 0; i < 4; i++)
+        h[i] = create_ok(ctx, 2 * MiB);
+    static const unsigned kinds[] = {GP_SIM_CALL_MAP, GP_SIM_CALL_SET_ACCESS};
+    for (size_t k = 0; k < 2; k++) {
+        gp_sim_report before = report_of(sim);
+        gp_sim_fail_call(sim, kinds[k] == GP_SIM_CALL_MAP ? 3 : 1, kinds[k], GP_ERR_DEVICE);
+        cr_expect_eq(B->map_run(ctx, va, 2 * MiB, h, 4), GP_ERR_DEVICE);
+        expect_same(before, report_of(sim), kinds[k] == GP_SIM_CALL_MAP ? "map_run, 3rd map" : "map_run, access");
+        cr_expect_eq(report_of(sim).mappings, 0, "all or nothing");
+    }
+    cr_assert_eq(B->map_run(ctx, va, 2 * MiB, h, 4), GP_OK, "%s", gp_last_error());
+    gp_sim_fail_call(sim, 2, GP_SIM_CALL_UNMAP, GP_ERR_DEVICE);
+    size_t done = 99;
+    cr_expect_eq(B->unmap_run(ctx, va, 2 * MiB, 4, &done), GP_ERR_DEVICE);
+    cr_expect_eq(done, 1, "the first page was unmapped, the second failed");
+    cr_expect_eq(report_of(sim).mappings, 3, "the rest stay mapped");
+    cr_assert_eq(B->unmap_run(ctx, va + 2 * MiB, 2 * MiB, 3, &done), GP_OK, "%s", gp_last_error());
+    cr_expect_eq(done, 3);
+    cr_expect_eq(report_of(sim).bad_calls, 0, "%s", gp_sim_first_violation(sim));
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(B->phys_release(ctx, h[i]), GP_OK);
+    cr_assert_eq(B->va_release(ctx, va, 16 * MiB), GP_OK);
+    B->close(ctx);
+}
+
 Test(sim_vmm_fault, call_kinds_are_distinct_bits_within_all)
 {
     unsigned kinds[] = {GP_SIM_CALL_VA_RESERVE, GP_SIM_CALL_VA_RELEASE, GP_SIM_CALL_PHYS_CREATE,
                         GP_SIM_CALL_PHYS_RELEASE, GP_SIM_CALL_MAP, GP_SIM_CALL_UNMAP,
-                        GP_SIM_CALL_SET_ACCESS, GP_SIM_CALL_COPY, GP_SIM_CALL_HOST_ALLOC};
+                        GP_SIM_CALL_SET_ACCESS, GP_SIM_CALL_COPY, GP_SIM_CALL_HOST_ALLOC,
+                        GP_SIM_CALL_DEVICE_SYNC};
     unsigned seen = GP_SIM_CALL_MEM_ALLOC | GP_SIM_CALL_MEM_FREE | GP_SIM_CALL_MEM_INFO |
                     GP_SIM_CALL_EVENT_CREATE | GP_SIM_CALL_EVENT_DESTROY | GP_SIM_CALL_EVENT_RECORD |
                     GP_SIM_CALL_EVENT_QUERY | GP_SIM_CALL_EVENT_SYNC | GP_SIM_CALL_STREAM_WAIT;
