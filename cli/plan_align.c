@@ -185,7 +185,7 @@ static uint32_t *canonical_order(const gp_trace *t)
 {
     size_t n = t->num_allocs;
     uint32_t *order = malloc((n ? n : 1) * sizeof *order);
-    uint64_t *time = malloc((n ? n : 1) * sizeof *time);
+    uint64_t *time = calloc(n ? n : 1, sizeof *time); /* every slot, allocated or not, has a time */
     if (order == NULL || time == NULL) {
         free(order);
         free(time);

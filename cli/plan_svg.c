@@ -58,7 +58,8 @@ int gp_plan_svg(const char *path, const char *title, const char *const *labels,
     fprintf(f, "<text x=\"%.0f\" y=\"28\" font-size=\"15\">", LEFT);
     put_escaped(f, title);
     fputs("</text>\n", f);
-    for (double y = 0; y <= ymax + step / 2; y += step) {
+    for (int tick = 0; (double)tick * step <= ymax + step / 2; tick++) {
+        double y = (double)tick * step;
         double py = TOP + plot_h - y / ymax * plot_h;
         char a[GP_SIZE_TEXT_MAX];
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", LEFT, py, LEFT + plot_w, py);

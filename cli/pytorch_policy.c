@@ -333,7 +333,7 @@ static bool expandable_free(policy_state *s, block *b)
 
 static void state_free(policy_state *s)
 {
-    for (size_t i = 0; i < s->num_pools; i++)
+    for (size_t i = 0; s->pools != NULL && i < s->num_pools; i++)
         free(s->pools[i].free);
     free(s->pools);
     free(s->slot_block);

@@ -6,6 +6,8 @@
 #ifndef GP_API_H
 #define GP_API_H
 
+#include <assert.h>
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -87,7 +89,9 @@ static inline int gp_pool_enter(gp_pool *pool, const char *fn, gp_pool_state **o
 {
     if (pool == NULL || pool->magic != GP_POOL_MAGIC_LIVE || pool->state == NULL) {
         *out = NULL;
-        return gp_pool_enter_refused(pool, fn);
+        int rc = gp_pool_enter_refused(pool, fn);
+        assert(rc != GP_OK); /* a refusal is an error code: callers test rc, never *out */
+        return rc;
     }
     *out = pool->state;
     return GP_OK;

@@ -25,6 +25,7 @@
  * Resume maps pages from the page pool, then the device; when the device is full it first turns free
  * cached pages of other tenants (down to their min) into pooled pages, and tries again.
  */
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,6 +50,7 @@ static size_t roll_back(gp_pool_state *p, gp_held_page *held, size_t nheld)
     size_t lost = 0;
     for (size_t k = nheld; k-- > 0;) {
         if (gp_vmm_map_back(p, &held[k]) != GP_OK) {
+            assert(held != NULL && held[k].seg != NULL && held[k].seg->owner != NULL); /* pages held of owned ranges */
             gp_pool_ledger_credit(p, held[k].seg->owner->tenant, 0, p->page);
             gp_page_release(p, held[k].handle);
             lost++;
@@ -97,6 +99,7 @@ GP_API int gp_tenant_pause(gp_pool *pool, const char *name, unsigned flags)
             rc = gp_vmm_pause_range(p, seg, held, &nheld);
     if (rc == GP_OK) { /* phase 2: commit (a handle the device refuses stays in the page pool) */
         for (size_t k = 0; k < nheld; k++) {
+            assert(held != NULL && held[k].seg != NULL && held[k].seg->owner != NULL); /* pages held of owned ranges */
             gp_pool_ledger_credit(p, held[k].seg->owner->tenant, 0, p->page); /* GPU-wide: no longer held */
             gp_page_release(p, held[k].handle);
         }

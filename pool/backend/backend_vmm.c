@@ -401,7 +401,7 @@ static int vmm_map_run(void *opaque, gp_devptr va, size_t page, const gp_phys *h
     size_t done = 0;
     CUresult res = CUDA_SUCCESS;
     for (; done < n; done++) {
-        res = driver.map((CUdeviceptr)(va + done * page), page, 0, (CUmemGenericAllocationHandle)handles[done], 0);
+        res = driver.map((CUdeviceptr)va + (CUdeviceptr)done * page, page, 0, (CUmemGenericAllocationHandle)handles[done], 0);
         if (res != CUDA_SUCCESS)
             break;
     }
@@ -425,11 +425,11 @@ static int vmm_map_run(void *opaque, gp_devptr va, size_t page, const gp_phys *h
     gp_error_set(GP_ERR_DEVICE, "%s in a run of %zu pages at 0x%llx (%s each), page %zu, on device %d: %s: %s", what, n,
                  (unsigned long long)va, gp_format_size(page, text), done, ctx->cuda.device, name, why);
     for (size_t i = 0; i < done; i++) { /* undo: no mapping nobody may access stays behind */
-        CUresult undo = driver.unmap((CUdeviceptr)(va + i * page), page);
+        CUresult undo = driver.unmap((CUdeviceptr)va + (CUdeviceptr)i * page, page);
         if (undo != CUDA_SUCCESS) {
             driver_error(undo, &name, &why);
             gp_error_append("; undoing it, cuMemUnmap(ptr=0x%llx) failed too: %s: %s",
-                            (unsigned long long)(va + i * page), name, why);
+                            (unsigned long long)va + (unsigned long long)i * page, name, why);
         }
     }
     gp_cuda_unrelax(mode);

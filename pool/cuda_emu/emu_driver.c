@@ -481,7 +481,7 @@ void gpemu_driver_shutdown(void)
 /* ---- entry points -------------------------------------------------------------------------------- */
 
 /* Function pointers travel as void * (POSIX: same representation), copied with memcpy. */
-#define ENTRY(sym, fn, since) {sym, since, (void (*)(void))fn}
+#define ENTRY(sym, fn, since) {sym, since, (void (*)(void))(fn)}
 static const struct {
     const char *symbol;
     unsigned since; /* the CUDA version that introduced this ABI */
