@@ -83,10 +83,13 @@ static inline gp_event *gp_block_events(gp_block *b)
     return b->events != NULL ? b->events : b->events_inline;
 }
 
-/* True when the segment is a single FREE block (so never for a virtual range with a hole). */
+/* True when the segment is a single FREE block (so never for a virtual range with a hole). The size is
+ * tested first: a block lent to a thread cache (provider/thread_cache.h) has its state written by that
+ * thread without the stream's lock, but never its size, and a lent block (under 8 KiB) never spans its
+ * segment, so a reader holding the stream's lock never reads a lent block's state here. */
 static inline bool gp_segment_wholly_free(const gp_segment *seg)
 {
-    return seg->first->state == GP_BLOCK_FREE && seg->first->size == seg->size;
+    return seg->first->size == seg->size && seg->first->state == GP_BLOCK_FREE;
 }
 
 /*
