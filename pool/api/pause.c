@@ -26,6 +26,7 @@
  * cached pages of other tenants (down to their min) into pooled pages, and tries again.
  */
 #include <assert.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -175,19 +176,26 @@ GP_API int gp_tenant_resume(gp_pool *pool, const char *name)
     } else {
         /* A failed resume changes nothing: the pages this attempt mapped go back, its ranges stay paused
          * (they held device memory for a tenant still paused, out of every other tenant's reach). */
+        char why[512];
+        snprintf(why, sizeof why, "%s", gp_last_error());
         size_t capacity = 0, nheld = 0;
         for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next)
             if (tenant_range(seg, t))
                 capacity += seg->mapped_bytes / p->page;
         gp_held_page *held = capacity > 0 ? malloc(capacity * sizeof *held) : NULL;
-        for (gp_segment *seg = p->segments_head; seg != NULL && held != NULL; seg = seg->next)
-            if (tenant_range(seg, t) && gp_vmm_pause_range(p, seg, held, &nheld) != GP_OK)
-                break;
+        int undo = capacity > 0 && held == NULL ? GP_ERR_OOM : GP_OK; /* host memory */
+        for (gp_segment *seg = p->segments_head; seg != NULL && held != NULL && undo == GP_OK; seg = seg->next)
+            if (tenant_range(seg, t))
+                undo = gp_vmm_pause_range(p, seg, held, &nheld);
         for (size_t k = 0; k < nheld; k++) {
+            assert(held != NULL && held[k].seg != NULL && held[k].seg->owner != NULL); /* pages held of owned ranges */
             gp_pool_ledger_credit(p, held[k].seg->owner->tenant, 0, p->page);
             gp_page_release(p, held[k].handle);
         }
         free(held);
+        if (undo != GP_OK) /* a second fault: what stays mapped stays the paused tenant's, accounted, not lost */
+            gp_error_set(rc, "%s; undoing it failed too (%s), so some of the pages it mapped stay mapped", why,
+                         gp_last_error());
         gp_error_append(" (gp_tenant_resume of '%s': it stays paused; resume again once memory is free)", name);
     }
     gp_unlock_all_streams(p);
