@@ -115,9 +115,10 @@ GP_API int gp_alloc(gp_pool *pool, void **out, size_t size, gp_stream stream)
         }
     }
 
-    /* A small block this thread freed on st, unless st has pending frees to query first: then the
-     * stream's path collects them and takes from the thread's cache after (thread_cache.h). */
-    bool pending = p->cfg.pending_scan != 0 && atomic_load_explicit(&st->pending_count, memory_order_relaxed) != 0;
+    /* A small block this thread freed on st, unless st has pending frees (to query first, with
+     * pending_scan): then the stream's path collects them and takes from the thread's cache after
+     * (thread_cache.h). */
+    bool pending = atomic_load_explicit(&st->pending_count, memory_order_relaxed) != 0;
     gp_block *b = pending ? NULL : gp_thread_cache_take(p, st, size, rsize);
     if (b != NULL) {
         *out = (void *)b->addr;

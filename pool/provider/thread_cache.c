@@ -61,11 +61,10 @@ static void fold(gp_tc_entry *e)
         }
     }
     memset(e->count, 0, sizeof e->count);
-    memset(e->room, 0, sizeof e->room);
+    memset(e->limit, 0, sizeof e->limit);
     e->lent = 0;
-    if (e->freed)
+    if (e->kind_frees[0] + e->kind_frees[1] != 0)
         st->fence_dirty = true; /* a free happened, as gp_block_to_heap says */
-    e->freed = false;
     st->num_allocs += e->kind_allocs[0] + e->kind_allocs[1];
     st->num_frees += e->kind_frees[0] + e->kind_frees[1];
     st->requested_bytes += (size_t)e->requested;
@@ -232,7 +231,7 @@ bool gp_thread_cache_lend(gp_pool_state *p, gp_stream_state *st, gp_block *b)
     if (e == NULL)
         e = attach(c, p, st);
     unsigned quick = gp_heap_of(st, b->segment->small)->quick_count[g];
-    bool lent = e != NULL && e->lent < GP_TC_LENT_MAX && quick + e->count[g] < GP_QUICK_MAX &&
+    bool lent = e != NULL && e->lent < GP_TC_LENT_MAX && e->count[g] < GP_QUICK_MAX - quick &&
                 gp_block_map_promise(&st->live);
     if (lent) {
         assert(b->state == GP_BLOCK_LIVE);
@@ -244,7 +243,7 @@ bool gp_thread_cache_lend(gp_pool_state *p, gp_stream_state *st, gp_block *b)
         b->list_next = e->free[g];
         e->free[g] = b;
         e->count[g]++;
-        e->room[g] = (unsigned char)(GP_QUICK_MAX - quick - e->count[g]); /* exact now, with st locked */
+        e->limit[g] = (unsigned char)(GP_QUICK_MAX - quick); /* exact now, with st locked */
         e->lent++;
         st->fence_dirty = true; /* a free happened, as gp_block_to_heap says */
     }

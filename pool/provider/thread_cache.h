@@ -29,13 +29,13 @@
  *   - an allocation pops the entry first, then the heap's quick list: the same block either way;
  *   - a return (fold) pushes the entry's blocks on the heap's quick list bottom first, so the stack
  *     keeps its order, and it is exact: the two parts never hold more than GP_QUICK_MAX together
- *     (the entry's `room` of a size is a lower bound of what the heap's part leaves, taken under S's
- *     lock when it lends and counted down by its frees);
+ *     (the entry's `limit` of a size is what the heap's part left when the entry last lent, under
+ *     S's lock; the heap's part only shrinks until the next return, so the bound holds);
  *   - nothing else pushes on a quick list while lenders hold blocks: gp_block_to_heap returns them
  *     first (a pending free that completes, a free from another thread), so the stack stays whole;
  *   - every reader of what quick-listed blocks are returns the lenders first: a flush before a heap
  *     grows (gp_provider_take), a borrower's look at another stream's free bytes (provider/vmm.c), a
- *     steal fence (a free since its record: the entry's `freed`), every whole-pool walk and trim;
+ *     steal fence (a free since its record: the entry's counted frees), every whole-pool walk and trim;
  *     elsewhere a LENT block is what a QUICK one is to the pool: not FREE (no coalescing with it, no
  *     wholly free segment or page around it);
  *   - a cached allocation is skipped while S has pending frees to query (the stream's path collects
@@ -48,8 +48,8 @@
  *
  * Invariant (the entry's lock held; all of it holds again for S once its lenders are returned):
  *   lent == blocks on the free lists + blocks in the live map <= GP_TC_LENT_MAX;
- *   count[g] == blocks on free[g]; room[g] + count[g] + S's heap quick_count[g] <= GP_QUICK_MAX (one
- *   thread on S);
+ *   count[g] == blocks on free[g] <= limit[g] <= GP_QUICK_MAX - S's heap quick_count[g] (the second
+ *   with one thread on S);
  *   S->live.promised >= lent (each lent block keeps a slot of S's map, so returning cannot fail);
  *   S's counters plus the entry's deltas (allocations and frees per heap kind with their bytes,
  *   requested bytes, the unflushed delta, size classes) are what they would be without the cache.
@@ -82,7 +82,7 @@
 #define GP_TC_ENTRIES 4   /* (pool, stream, tenant) keys one thread caches at once */
 #define GP_TC_BUCKETS 6   /* requests below GP_TC_CLASSES granules fall in the first stats buckets */
 _Static_assert(GP_TC_CLASSES == GP_QUICK_CLASSES, "an entry's lists are the tops of the quick lists");
-_Static_assert(GP_QUICK_MAX <= 255, "count and room are bytes");
+_Static_assert(GP_QUICK_MAX <= 255, "count and limit are bytes");
 
 typedef struct gp_tc_entry {
     struct gp_thread_cache *cache;
@@ -92,9 +92,8 @@ typedef struct gp_tc_entry {
     struct gp_tc_entry *lender_prev, *lender_next; /* st->lenders, under st's lock */
     gp_block *free[GP_TC_CLASSES]; /* LENT blocks of g granules, through list_next: a stack's top */
     unsigned char count[GP_TC_CLASSES]; /* blocks on free[g] */
-    unsigned char room[GP_TC_CLASSES];  /* more blocks free[g] may take before the stack is full */
+    unsigned char limit[GP_TC_CLASSES]; /* the most free[g] may hold: the quick list's room at the last lend */
     unsigned lent;                 /* see the invariant above */
-    bool freed;                    /* a free since the last return (S's steal fence is dirty) */
     gp_block *live[GP_TC_SLOTS];   /* the blocks it handed out, by address (linear probing) */
     unsigned live_count;
     /* What st's counters lack (added to them when the entry returns its blocks): allocations and
@@ -176,18 +175,29 @@ static inline gp_block *gp_tc_live_remove(gp_tc_entry *e, uintptr_t addr)
     return found;
 }
 
-/* Adds `delta` allocated bytes to the entry as gp_account does to a stream (pool_state.h): the entry's
- * unflushed delta and its stream's are one accumulator (gp_account_flush), so the shared total and the
- * peaks move exactly as they would without the cache when one thread uses the stream. */
-static inline void gp_tc_account(gp_pool_state *p, gp_tc_entry *e, int64_t delta)
+/* Adds `bytes` allocated (or freed) on st to its entry e as gp_account does to a stream (pool_state.h):
+ * the entry's unflushed delta and st's are one accumulator (gp_account_flush), so the shared total and
+ * the peaks move exactly as they would without the cache when one thread uses the stream. An
+ * allocation can only reach the upper bound and a free the lower one (the sum was inside both). */
+static inline void gp_tc_account_alloc(gp_pool_state *p, gp_stream_state *st, gp_tc_entry *e, size_t bytes)
 {
-    int64_t mine = atomic_load_explicit(&e->unflushed, memory_order_relaxed) + delta;
-    int64_t total = gp_account_flush(p, &mine, atomic_load_explicit(&e->st->unflushed, memory_order_relaxed));
+    int64_t mine = atomic_load_explicit(&e->unflushed, memory_order_relaxed) + (int64_t)bytes;
+    int64_t others = atomic_load_explicit(&st->unflushed, memory_order_relaxed);
+    int64_t total = atomic_load_explicit(&p->allocated_flushed, memory_order_relaxed) + mine + others;
+    if (mine + others >= GP_FLUSH_BYTES)
+        total = gp_account_flush(p, &mine, others);
     atomic_store_explicit(&e->unflushed, mine, memory_order_relaxed);
-    if (delta > 0) {
-        gp_raise_peak(&p->allocated_peak, (size_t)total);
-        gp_raise_peak(&p->window_peak, (size_t)total);
-    }
+    gp_raise_peak(&p->allocated_peak, (size_t)total);
+    gp_raise_peak(&p->window_peak, (size_t)total);
+}
+
+static inline void gp_tc_account_free(gp_pool_state *p, gp_stream_state *st, gp_tc_entry *e, size_t bytes)
+{
+    int64_t mine = atomic_load_explicit(&e->unflushed, memory_order_relaxed) - (int64_t)bytes;
+    int64_t others = atomic_load_explicit(&st->unflushed, memory_order_relaxed);
+    if (mine + others <= -GP_FLUSH_BYTES)
+        gp_account_flush(p, &mine, others);
+    atomic_store_explicit(&e->unflushed, mine, memory_order_relaxed);
 }
 
 /* The entry's block of exactly rsize bytes for a request of `size` on st, handed out (LIVE), or NULL
@@ -198,7 +208,6 @@ static inline gp_block *gp_tc_pop(gp_pool_state *p, gp_stream_state *st, gp_tc_e
     assert(b->state == GP_BLOCK_LENT && b->size == g * GP_GRANULE && b->use_count == 0);
     e->free[g] = b->list_next;
     e->count[g]--;
-    e->room[g]++;
     b->list_next = NULL;
     b->state = GP_BLOCK_LIVE;
     b->requested = size;
@@ -208,7 +217,7 @@ static inline gp_block *gp_tc_pop(gp_pool_state *p, gp_stream_state *st, gp_tc_e
     e->kind_alloc_bytes[kind] += b->size;
     e->requested += (int64_t)size;
     e->size_class_allocs[gp_stats_bucket(size)]++; /* < GP_TC_BUCKETS: size < 8 KiB */
-    gp_tc_account(p, e, (int64_t)b->size);
+    gp_tc_account_alloc(p, st, e, b->size);
     gp_history_note(p, GP_HIST_ALLOC, b->addr, size, st->handle, st->tenant->index);
     return b;
 }
@@ -246,7 +255,7 @@ static inline bool gp_thread_cache_give(gp_pool_state *p, gp_stream_state *st, u
     gp_tc_entry *e = gp_tc_entry_of(c, p, st);
     gp_block *b = e != NULL && e->live_count > 0 ? gp_tc_live_remove(e, addr) : NULL;
     size_t g = b != NULL ? b->size / GP_GRANULE : 0;
-    if (b != NULL && e->room[g] == 0) { /* the quick list of its size is full: the stream's path coalesces it */
+    if (b != NULL && e->count[g] >= e->limit[g]) { /* the stack of its size is full: the stream's path coalesces it */
         gp_tc_live_insert(e, b);
         b = NULL;
     }
@@ -258,7 +267,7 @@ static inline bool gp_thread_cache_give(gp_pool_state *p, gp_stream_state *st, u
         e->kind_frees[kind]++;
         e->kind_free_bytes[kind] += b->size;
         e->requested -= (int64_t)b->requested;
-        gp_tc_account(p, e, -(int64_t)b->size);
+        gp_tc_account_free(p, st, e, b->size);
         if (atomic_load_explicit(&p->history_on, memory_order_relaxed)) {
             /* requested and completed at once: the next allocation on st may reuse it */
             gp_history_note(p, GP_HIST_FREE_REQUESTED, b->addr, b->requested, st->handle, st->tenant->index);
@@ -270,8 +279,6 @@ static inline bool gp_thread_cache_give(gp_pool_state *p, gp_stream_state *st, u
         b->list_next = e->free[g];
         e->free[g] = b;
         e->count[g]++;
-        e->room[g]--;
-        e->freed = true;
     }
     gp_tc_unlock(c);
     return b != NULL;
