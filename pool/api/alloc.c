@@ -115,7 +115,11 @@ GP_API int gp_alloc(gp_pool *pool, void **out, size_t size, gp_stream stream)
         }
     }
 
-    gp_block *b = gp_thread_cache_take(p, st, size, rsize); /* a small block this thread freed on st */
+    /* A small block this thread freed on st, unless st has pending frees (to query first, with
+     * pending_scan): then the stream's path collects them and takes from the thread's cache after
+     * (thread_cache.h). */
+    bool pending = atomic_load_explicit(&st->pending_count, memory_order_relaxed) != 0;
+    gp_block *b = pending ? NULL : gp_thread_cache_take(p, st, size, rsize);
     if (b != NULL) {
         *out = (void *)b->addr;
         if (p->log != NULL)
@@ -124,22 +128,24 @@ GP_API int gp_alloc(gp_pool *pool, void **out, size_t size, gp_stream stream)
     }
     pthread_mutex_lock(&st->lock);
     /* pending_scan 0 queries none here (gp_pending_collect's own 0 would mean all of them) */
-    if (p->cfg.pending_scan != 0 && atomic_load_explicit(&st->pending_count, memory_order_relaxed) != 0)
+    if (p->cfg.pending_scan != 0 && atomic_load_explicit(&st->pending_count, memory_order_relaxed) != 0) {
         gp_pending_collect(p, st, p->cfg.pending_scan);
-    if (gp_block_map_reserve(&st->live)) {
+        pending = true;
+    }
+    /* The thread's cached blocks of st are the top of its quick lists: after the pending frees they
+     * come first, as the blocks freed last. */
+    if (pending && st->lenders != NULL)
+        b = gp_thread_cache_take_locked(p, st, size, rsize);
+    if (b == NULL && gp_block_map_reserve(&st->live)) {
         gp_heap *heap = gp_heap_of(st, small);
         b = gp_heap_quick_take(heap, rsize); /* a small size freed before: no split */
         if (b == NULL)
             b = gp_heap_take(heap, &st->blocks, rsize);
-        /* A miss with blocks lent to thread caches: they are this heap's free memory too (its quick
-         * lists, had there been no cache), so they come back and coalesce before the stream grows. */
-        if (b == NULL && st->lenders != NULL && gp_thread_cache_return(p, st))
-            b = gp_heap_take(heap, &st->blocks, rsize);
+        if (b != NULL)
+            gp_hand_out(p, st, b, size);
     }
-    if (b != NULL) {
-        gp_hand_out(p, st, b, size);
+    if (b != NULL)
         *out = (void *)b->addr;
-    }
     pthread_mutex_unlock(&st->lock);
     if (b == NULL)
         rc = alloc_slow(p, st, size, rsize, small, out);

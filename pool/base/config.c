@@ -57,6 +57,8 @@ static const key_spec keys[] = {
      "when the device is full, let a stream wait on another's event to take its free segments"},
     {"borrow", KEY_BOOL, FIELD(borrow), 0, "on",
      "a stream whose cache misses takes a fitting free block of another stream whose work is done"},
+    {"thread_cache", KEY_BOOL, FIELD(thread_cache), 0, "on",
+     "small blocks freed on their own stream wait in the freeing thread's cache (no stream lock); off: the stream's heap only"},
     {"cache_slack", KEY_FRACTION, FIELD(cache_slack), 0, "0.04",
      "before growing past (1 + this) x peak allocated bytes, give back wholly free cached segments (off = never)"},
     {"defrag", KEY_BOOL, FIELD(defrag), 0, "on",

@@ -30,6 +30,7 @@ typedef struct gp_config {
     unsigned pending_scan;  /* pending frees whose events are queried per allocation */
     bool steal_wait;        /* on device OOM, take busy free segments of other streams by waiting */
     bool borrow;            /* vmm: a missing stream borrows idle free blocks of other streams (provider/vmm.c) */
+    bool thread_cache;      /* small blocks freed on their own stream go to the freeing thread's cache */
     double cache_slack;     /* growth past (1 + this) x peak allocated first gives back free segments; < 0 = off */
     bool defrag;            /* vmm: stitch cached free pages into new ranges before creating memory */
     size_t vmm_reserve;     /* vmm: virtual bytes reserved per growing range; 0 = the device's memory */

@@ -59,8 +59,9 @@ typedef struct gp_stream_state {
     uint64_t num_allocs, num_frees;
     size_t requested_bytes; /* sizes asked for by the LIVE blocks of this stream's segments */
     size_t allocated_bytes; /* their rounded sizes: exact */
-    /* allocated_bytes not yet added to the pool's shared total (see gp_account in pool_state.h) */
-    int64_t unflushed;
+    /* allocated_bytes not yet added to the pool's shared total (see gp_account in pool_state.h);
+     * written under this lock only, read without it by this stream's thread caches (relaxed) */
+    _Atomic(int64_t) unflushed;
     unsigned frees_since_maintain;
     /* Accumulated per heap kind, [0] large, [1] small (PyTorch's allocation.*.allocated/.freed and
      * allocated_bytes.*.allocated/.freed): blocks handed out and freed, and their rounded bytes. */

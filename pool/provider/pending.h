@@ -8,6 +8,7 @@
 #include <assert.h>
 
 #include "provider/pool_state.h"
+#include "provider/thread_cache.h"
 
 /* Returns a block that is no longer LIVE or PENDING to its owner's heap (owner locked): its quick list
  * when small, else the free lists, coalesced; stamps free_since with the pool's coarse clock. */
@@ -22,25 +23,23 @@ void gp_collect_all_pending(gp_pool_state *p);
  * locked). GP_OK or the first failure of event_synchronize. */
 int gp_pending_drain(gp_pool_state *p, gp_stream_state *st);
 
-/* gp_block_to_heap for a block whose completed free the history already has (provider/thread_cache.c). */
-static inline void gp_block_to_heap_noted(gp_pool_state *p, gp_stream_state *owner, gp_block *b)
+/* Inline: the free fast path ends here. A block for a quick list goes on top of the lenders' blocks
+ * of owner (their lists are the top of the quick lists, provider/thread_cache.h): they are returned
+ * first, so that the stack keeps the order it has without thread caches. */
+static inline void gp_block_to_heap(gp_pool_state *p, gp_stream_state *owner, gp_block *b)
 {
     assert(b->segment->owner == owner);
+    gp_history_note(p, GP_HIST_FREE_COMPLETED, b->addr, b->requested, owner->handle, owner->tenant->index);
     uint64_t now = atomic_load_explicit(&p->coarse_now, memory_order_relaxed);
     gp_heap *heap = gp_heap_of(owner, b->segment->small);
     owner->fence_dirty = true;
     b->free_since = now;
+    if (owner->lenders != NULL && b->size < GP_QUICK_CLASSES * GP_GRANULE)
+        gp_thread_cache_return(p, owner);
     if (gp_heap_quick_put(heap, b))
         return;
     gp_block *merged = gp_heap_release(heap, &owner->blocks, b);
     merged->free_since = now;
-}
-
-/* Inline: the free fast path ends here. */
-static inline void gp_block_to_heap(gp_pool_state *p, gp_stream_state *owner, gp_block *b)
-{
-    gp_history_note(p, GP_HIST_FREE_COMPLETED, b->addr, b->requested, owner->handle, owner->tenant->index);
-    gp_block_to_heap_noted(p, owner, b);
 }
 
 #endif /* GP_PENDING_H */

@@ -31,6 +31,7 @@
 #include "base/error.h"
 #include "provider/ledger.h"
 #include "provider/pending.h"
+#include "provider/thread_cache.h"
 #include "provider/pool_ledger.h"
 #include "provider/provider.h"
 
@@ -225,6 +226,8 @@ static void publish(gp_pool_state *p, gp_pool_ledger *pl)
     for (unsigned i = 0; i < count; i++) {
         gp_stream_state *st = p->streams.by_index[i];
         pthread_mutex_lock(&st->lock);
+        if (st->lenders != NULL) /* the thread caches' allocations and frees too */
+            gp_thread_cache_return(p, st);
         size_t live = st->allocated_bytes;
         pthread_mutex_unlock(&st->lock);
         unsigned local = st->tenant->index;

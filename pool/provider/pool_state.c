@@ -107,7 +107,7 @@ bool gp_accounting_check(gp_pool_state *p, const gp_segment_tally *tally, size_t
     int64_t unflushed = 0;
     for (unsigned i = 0; i < count; i++) {
         stream_allocated += p->streams.by_index[i]->allocated_bytes;
-        unflushed += p->streams.by_index[i]->unflushed;
+        unflushed += atomic_load(&p->streams.by_index[i]->unflushed);
     }
     CHECK(allocated == stream_allocated, "streams count %zu allocated bytes, live blocks hold %zu", stream_allocated,
           allocated);

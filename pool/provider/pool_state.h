@@ -126,33 +126,56 @@ void gp_unlock_all_streams(gp_pool_state *p);
 #define GP_FLUSH_BYTES ((int64_t)16 << 20)
 #define GP_MAINTAIN_FREES 4096 /* frees on one stream between maintenance runs (when configured) */
 
+/* The unflushed deltas of the thread caches holding blocks of st (locked; provider/thread_cache.c). */
+int64_t gp_thread_cache_unflushed(const gp_stream_state *st);
+
+/*
+ * The shared total's update for one stream and its thread caches (gp_account, and the caches' own
+ * accounting in provider/thread_cache.h): `mine` is the caller's unflushed delta with the change in,
+ * `others` what the rest of the stream's deltas (its own or its caches') hold. Together they are one
+ * accumulator: when their sum reaches GP_FLUSH_BYTES either way, the sum goes to the shared total and
+ * the caller keeps -others, so that the sum is 0 again. The caller stores *mine back; the return
+ * value is the shared total plus the sum, which is what the peak is raised to.
+ */
+static inline int64_t gp_account_flush(gp_pool_state *p, int64_t *mine, int64_t others)
+{
+    int64_t sum = *mine + others;
+    int64_t shared = atomic_load_explicit(&p->allocated_flushed, memory_order_relaxed);
+    if (sum >= GP_FLUSH_BYTES || sum <= -GP_FLUSH_BYTES) {
+        shared = atomic_fetch_add_explicit(&p->allocated_flushed, sum, memory_order_relaxed) + sum;
+        *mine = -others;
+        sum = 0;
+    }
+    return shared + sum;
+}
+
 /*
  * Accounts `delta` allocated bytes (+ on hand-out, - on free) to st (locked). The stream's share is
  * exact; the pool's shared total is updated only when the stream's unflushed delta reaches
  * GP_FLUSH_BYTES either way. The peak is raised to the shared total plus this stream's unflushed delta:
  * exact for one stream, and short by less than GP_FLUSH_BYTES per other active stream otherwise.
+ * A stream with blocks in thread caches counts their deltas as its own (gp_account_flush): the shared
+ * total, and so every peak and cache cap, moves exactly as it would without the caches (one thread).
  */
 static inline void gp_account(gp_pool_state *p, gp_stream_state *st, int64_t delta)
 {
     st->allocated_bytes += (size_t)delta;
-    st->unflushed += delta;
-    int64_t shared = atomic_load_explicit(&p->allocated_flushed, memory_order_relaxed);
-    if (st->unflushed >= GP_FLUSH_BYTES || st->unflushed <= -GP_FLUSH_BYTES) {
-        shared = atomic_fetch_add_explicit(&p->allocated_flushed, st->unflushed, memory_order_relaxed) +
-                 st->unflushed;
-        st->unflushed = 0;
-    }
+    int64_t mine = atomic_load_explicit(&st->unflushed, memory_order_relaxed) + delta;
+    int64_t others = st->lenders != NULL ? gp_thread_cache_unflushed(st) : 0;
+    int64_t total = gp_account_flush(p, &mine, others);
+    atomic_store_explicit(&st->unflushed, mine, memory_order_relaxed);
     if (delta > 0) {
-        gp_raise_peak(&p->allocated_peak, (size_t)(shared + st->unflushed));
-        gp_raise_peak(&p->window_peak, (size_t)(shared + st->unflushed));
+        gp_raise_peak(&p->allocated_peak, (size_t)total);
+        gp_raise_peak(&p->window_peak, (size_t)total);
     }
 }
 
-/* Adds st's (locked) unflushed delta to the shared total. */
+/* Adds st's (locked) unflushed delta to the shared total (its thread caches returned first). */
 static inline void gp_flush(gp_pool_state *p, gp_stream_state *st)
 {
-    atomic_fetch_add_explicit(&p->allocated_flushed, st->unflushed, memory_order_relaxed);
-    st->unflushed = 0;
+    atomic_fetch_add_explicit(&p->allocated_flushed, atomic_load_explicit(&st->unflushed, memory_order_relaxed),
+                              memory_order_relaxed);
+    atomic_store_explicit(&st->unflushed, 0, memory_order_relaxed);
 }
 
 /* The pool's allocated bytes as the shared total says (exact after gp_flush_all). */

@@ -11,6 +11,7 @@
 #include "base/format.h"
 #include "policy/admission.h"
 #include "provider/pending.h"
+#include "provider/thread_cache.h"
 
 const gp_provider *gp_provider_for(const gp_backend_ops *ops)
 {
@@ -77,6 +78,10 @@ gp_block *gp_provider_take(gp_pool_state *p, gp_stream_state *st, gp_segment *se
             if (fb->state == GP_BLOCK_FREE)
                 gp_heap_insert(heap, fb);
     }
+    /* The lenders' blocks are the top of the quick lists (provider/thread_cache.h): back first, so that
+     * the flush coalesces what it would without thread caches. */
+    if (st->lenders != NULL)
+        gp_thread_cache_return(p, st);
     gp_pending_collect(p, st, 0);
     gp_heap_quick_flush(heap, &st->blocks); /* small freed blocks may coalesce into what fits */
     gp_block *b = NULL;

@@ -13,6 +13,7 @@
 #include "policy/segment_size.h"
 #include "provider/capture_window.h"
 #include "provider/pending.h"
+#include "provider/thread_cache.h"
 #include "provider/pool_ledger.h"
 #include "provider/provider.h"
 
@@ -26,6 +27,8 @@ static bool fence_ready(gp_pool_state *p, gp_stream_state *st, bool *recorded)
     *recorded = false;
     if (gp_capture_underway()) /* no event record or query while a graph is captured */
         return false;
+    if (st->lenders != NULL) /* a free into a thread cache dirties the fence as one into the heap */
+        gp_thread_cache_return(p, st);
     if (st->fence == NULL && gp_event_pool_get(&p->events, &st->fence) != GP_OK) {
         st->fence = NULL;
         return false;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/list.h"
+#include "ds/heap.h"
 #include "provider/pending.h"
 
 _Thread_local gp_thread_cache *gp_tls_thread_cache;
@@ -19,10 +20,21 @@ static bool exit_key_ok;
 /* Orders thread exit (which returns its blocks to streams) with pool destroy (which frees them). */
 static pthread_mutex_t lifetime_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* Puts b (LENT, from e's list) back on the heap's quick list, keeping the free time of its free; when
+ * that list is full (several threads' entries on one stream), on the free lists, coalesced. */
+static void to_quick_list(gp_stream_state *st, gp_block *b)
+{
+    gp_heap *heap = gp_heap_of(st, b->segment->small);
+    gp_block_map_unpromise(&st->live);
+    if (gp_heap_quick_put(heap, b))
+        return;
+    uint64_t since = b->free_since;
+    gp_heap_release(heap, &st->blocks, b)->free_since = since;
+}
+
 /* Gives everything e holds back to its stream (e->st locked, e->cache locked); see the invariant. */
 static void fold(gp_tc_entry *e)
 {
-    gp_pool_state *p = e->pool;
     gp_stream_state *st = e->st;
     if (e->live_count > 0) {
         for (unsigned i = 0; i < GP_TC_SLOTS; i++)
@@ -31,20 +43,36 @@ static void fold(gp_tc_entry *e)
         memset(e->live, 0, sizeof e->live);
         e->live_count = 0;
     }
-    for (unsigned g = 1; g < GP_TC_CLASSES; g++)
+    for (unsigned g = 1; g < GP_TC_CLASSES; g++) {
+        /* The list is the top of the quick list's stack, its first block the topmost: reversed, then
+         * pushed, it keeps that order (the next allocation of that size gets the same block). */
+        gp_block *reversed = NULL;
         while (e->free[g] != NULL) {
             gp_block *b = e->free[g];
             e->free[g] = b->list_next;
-            b->list_next = NULL;
-            gp_block_map_unpromise(&st->live);
-            gp_block_to_heap_noted(p, st, b); /* its free was noted in the history when it was lent */
+            b->list_next = reversed;
+            reversed = b;
         }
+        while (reversed != NULL) {
+            gp_block *b = reversed;
+            reversed = b->list_next;
+            b->list_next = NULL;
+            to_quick_list(st, b); /* its free was noted in the history when it was lent */
+        }
+    }
+    memset(e->count, 0, sizeof e->count);
+    memset(e->limit, 0, sizeof e->limit);
     e->lent = 0;
+    if (e->kind_frees[0] + e->kind_frees[1] != 0)
+        st->fence_dirty = true; /* a free happened, as gp_block_to_heap says */
     st->num_allocs += e->kind_allocs[0] + e->kind_allocs[1];
     st->num_frees += e->kind_frees[0] + e->kind_frees[1];
     st->requested_bytes += (size_t)e->requested;
     st->allocated_bytes += e->kind_alloc_bytes[0] + e->kind_alloc_bytes[1] - e->kind_free_bytes[0] - e->kind_free_bytes[1];
-    st->unflushed += e->unflushed;
+    atomic_store_explicit(&st->unflushed,
+                          atomic_load_explicit(&st->unflushed, memory_order_relaxed) +
+                              atomic_load_explicit(&e->unflushed, memory_order_relaxed),
+                          memory_order_relaxed);
     for (unsigned k = 0; k < GP_TC_BUCKETS; k++)
         st->size_class_allocs[k] += e->size_class_allocs[k];
     for (unsigned s = 0; s < 2; s++) {
@@ -57,8 +85,30 @@ static void fold(gp_tc_entry *e)
     memset(e->kind_frees, 0, sizeof e->kind_frees);
     memset(e->kind_alloc_bytes, 0, sizeof e->kind_alloc_bytes);
     memset(e->kind_free_bytes, 0, sizeof e->kind_free_bytes);
-    e->requested = e->unflushed = 0;
+    e->requested = 0;
+    atomic_store_explicit(&e->unflushed, 0, memory_order_relaxed);
     memset(e->size_class_allocs, 0, sizeof e->size_class_allocs);
+}
+
+int64_t gp_thread_cache_unflushed(const gp_stream_state *st)
+{
+    int64_t sum = 0;
+    for (const gp_tc_entry *e = st->lenders; e != NULL; e = e->lender_next)
+        sum += atomic_load_explicit(&e->unflushed, memory_order_relaxed);
+    return sum;
+}
+
+gp_block *gp_thread_cache_take_locked(gp_pool_state *p, gp_stream_state *st, size_t size, size_t rsize)
+{
+    gp_thread_cache *c = gp_tls_thread_cache;
+    size_t g = rsize / GP_GRANULE;
+    if (c == NULL || g >= GP_TC_CLASSES)
+        return NULL;
+    gp_tc_lock(c);
+    gp_tc_entry *e = gp_tc_entry_of(c, p, st);
+    gp_block *b = e != NULL && e->free[g] != NULL ? gp_tc_pop(p, st, e, g, size) : NULL;
+    gp_tc_unlock(c);
+    return b;
 }
 
 /* Takes e off its stream (e->st locked, e->cache locked, e folded). */
@@ -78,8 +128,10 @@ bool gp_thread_cache_return(gp_pool_state *p, gp_stream_state *st)
     bool any = false;
     for (gp_tc_entry *e = st->lenders; e != NULL; e = e->lender_next) {
         gp_tc_lock(e->cache);
-        any |= e->lent > 0;
-        fold(e);
+        if (e->lent > 0) { /* an entry that lends nothing holds no block and no delta */
+            any = true;
+            fold(e);
+        }
         gp_tc_unlock(e->cache);
     }
     return any;
@@ -164,8 +216,12 @@ static gp_tc_entry *attach(gp_thread_cache *c, gp_pool_state *p, gp_stream_state
 bool gp_thread_cache_lend(gp_pool_state *p, gp_stream_state *st, gp_block *b)
 {
     size_t g = b->size / GP_GRANULE;
-    /* Pools that maintain count frees on the stream's path (api/free.c): they do not lend. */
-    if (g >= GP_TC_CLASSES || p->maintains)
+    /* Pools that maintain count frees on the stream's path (api/free.c): they do not lend. A block
+     * whose size is requested from the other kind of heap (small_size under 7.5 KiB) sits on a quick
+     * list no request of its size pops: it is not lent either, so the entry's lists are the tops of
+     * the very stacks that the requests of their sizes pop. */
+    if (g >= GP_TC_CLASSES || p->maintains || !p->cfg.thread_cache || b->use_count != 0 ||
+        b->segment->small != (b->size <= p->cfg.small_size))
         return false;
     gp_thread_cache *c = my_cache();
     if (c == NULL)
@@ -174,15 +230,20 @@ bool gp_thread_cache_lend(gp_pool_state *p, gp_stream_state *st, gp_block *b)
     gp_tc_entry *e = gp_tc_entry_of(c, p, st);
     if (e == NULL)
         e = attach(c, p, st);
-    bool lent = e != NULL && e->lent < GP_TC_LENT_MAX && gp_block_map_promise(&st->live);
+    unsigned quick = gp_heap_of(st, b->segment->small)->quick_count[g];
+    bool lent = e != NULL && e->lent < GP_TC_LENT_MAX && e->count[g] < GP_QUICK_MAX - quick &&
+                gp_block_map_promise(&st->live);
     if (lent) {
-        assert(b->state == GP_BLOCK_LIVE && b->use_count == 0);
+        assert(b->state == GP_BLOCK_LIVE);
         gp_history_note(p, GP_HIST_FREE_COMPLETED, b->addr, b->requested, st->handle, st->tenant->index);
         b->state = GP_BLOCK_LENT;
         b->requested = 0;
+        b->free_since = atomic_load_explicit(&p->coarse_now, memory_order_relaxed);
         b->list_prev = NULL;
         b->list_next = e->free[g];
         e->free[g] = b;
+        e->count[g]++;
+        e->limit[g] = (unsigned char)(GP_QUICK_MAX - quick); /* exact now, with st locked */
         e->lent++;
         st->fence_dirty = true; /* a free happened, as gp_block_to_heap says */
     }

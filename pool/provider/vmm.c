@@ -31,6 +31,7 @@
 #include "base/error.h"
 #include "provider/capture_window.h"
 #include "provider/pending.h"
+#include "provider/thread_cache.h"
 #include "provider/provider.h"
 #include "provider/pages.h"
 #include "provider/pool_ledger.h"
@@ -280,6 +281,8 @@ static gp_block *borrow(gp_pool_state *p, gp_stream_state *st, size_t rsize, siz
         pthread_mutex_lock(&o->lock);
         gp_heap *heap = gp_heap_of(o, small);
         size_t fit = 0;
+        if (o->lenders != NULL) /* its thread-cached blocks count as its quick-listed ones (free bytes) */
+            gp_thread_cache_return(p, o);
         if (heap->free_bytes >= rsize) {
             gp_pending_collect(p, o, 0);
             fit = gp_heap_fit(heap, rsize);

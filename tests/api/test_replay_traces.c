@@ -77,18 +77,6 @@ static int compare_names(const void *a, const void *b)
 }
 
 /*
- * The one trace that does not settle yet, and why: with the per-thread cache of small freed blocks
- * (provider/thread_cache.h) in front of the stream lock, deeplabv3_train on sim-vmm makes 3 device
- * calls (and 93 map calls) in its third pass, where it makes none with the cache disabled (issue 11:
- * the cache's interplay with the vmm growth policy is not understood yet). It is still replayed and
- * checked for everything else; its last-pass calls are logged.
- */
-static bool known_unsettled(const char *conf, const char *name)
-{
-    return conf != NULL && strcmp(conf, "backend:sim-vmm") == 0 && strcmp(name, "deeplabv3_train.csv") == 0;
-}
-
-/*
  * Replays every *.csv in dir `passes` times on `conf` (NULL: the default backend, sim) and checks it.
  * With `per_event` the invariants are checked after every event (replay.h's observer), else at the
  * end. With `calls_settle` the last pass must make no device call; without, device calls in the last
@@ -142,7 +130,7 @@ static size_t replay_folder(const char *dir, const char *conf, unsigned passes, 
         cr_expect_eq(r->peak_live_bytes, trace.peak_live_bytes, "%s: replay peak live %llu, trace says %llu", path,
                      (unsigned long long)r->peak_live_bytes, (unsigned long long)trace.peak_live_bytes);
         cr_expect_geq(r->peak_reserved_bytes, r->peak_live_bytes, "%s (%s)", path, backend);
-        if (calls_settle && !known_unsettled(conf, names[i]))
+        if (calls_settle)
             cr_expect_eq(r->device_calls_last_repeat, 0, "%s (%s): %llu device calls in the last pass (%llu in the first)",
                          path, backend, (unsigned long long)r->device_calls_last_repeat,
                          (unsigned long long)r->device_calls_first_repeat);

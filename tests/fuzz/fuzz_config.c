@@ -51,7 +51,8 @@ static bool same_config(const gp_config *a, const gp_config *b)
            a->large_segment == b->large_segment && a->huge_size == b->huge_size &&
            a->max_streams == b->max_streams && a->pending_scan == b->pending_scan &&
            a->steal_wait == b->steal_wait && a->cache_slack == b->cache_slack &&
-           a->defrag == b->defrag && a->vmm_reserve == b->vmm_reserve &&
+           a->defrag == b->defrag && a->vmm_reserve == b->vmm_reserve && a->thread_cache == b->thread_cache &&
+           a->borrow == b->borrow &&
            a->release_threshold == b->release_threshold &&
            a->idle_release == b->idle_release && strcmp(a->log_path, b->log_path) == 0;
 }
