@@ -63,7 +63,16 @@ int gp_tenant_snapshot_all(gp_pool_state *p, gp_tenant_stats *out, unsigned capa
  * gp_graph_pool_begin/end window, GP_ERR_INVALID (message naming `fn`) when it captures outside one:
  * the pool then makes no device call for it.
  */
-int gp_capture_route(gp_pool_state *p, gp_stream stream, const char *fn, gp_pool **route);
+int gp_capture_route_query(gp_pool_state *p, gp_stream stream, const char *fn, gp_pool **route);
+/* Inline: a pool whose backend never captures (the sims) or a graph pool itself answers without a
+ * call; only a backend that can capture asks it (gp_capture_route_query, out of line). */
+static inline int gp_capture_route(gp_pool_state *p, gp_stream stream, const char *fn, gp_pool **route)
+{
+    *route = NULL;
+    if (p->graph_child || p->ops->stream_capturing == NULL)
+        return GP_OK;
+    return gp_capture_route_query(p, stream, fn, route);
+}
 /* After the pool found that it does not own ptr (gp_free, gp_record_stream): the graph pool that
  * does, or NULL. */
 gp_pool *gp_capture_owner(gp_pool_state *p, void *ptr);
