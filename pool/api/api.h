@@ -69,7 +69,7 @@ int gp_capture_route_query(gp_pool_state *p, gp_stream stream, const char *fn, g
 static inline int gp_capture_route(gp_pool_state *p, gp_stream stream, const char *fn, gp_pool **route)
 {
     *route = NULL;
-    if (p->graph_child || p->ops->stream_capturing == NULL)
+    if (!p->routes_captures)
         return GP_OK;
     return gp_capture_route_query(p, stream, fn, route);
 }

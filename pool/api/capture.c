@@ -138,6 +138,7 @@ static int new_graph_pool(gp_pool_state *p, struct gp_capture_pools *c, uint64_t
     cp->cfg.cache_slack = -1;
     cp->maintains = false;
     cp->graph_child = true;
+    cp->routes_captures = false;      /* a graph pool serves what its parent routed to it */
     c->items[c->count] = (struct gp_graph_pool){id, child, false};
     *out = &c->items[c->count++];
     return GP_OK;

@@ -96,6 +96,10 @@ typedef struct gp_pool_state {
      * its graph is being captured. */
     struct gp_capture_pools *capture;
     bool graph_child;
+    /* Whether gp_alloc/gp_free ask the backend if the stream captures: its backend can capture
+     * (ops->stream_capturing) and this is no graph pool. Set before the pool is reachable, then read
+     * only: one byte tested inline on every call (api.h, gp_capture_route). */
+    bool routes_captures;
     atomic_bool graph_window;
 } gp_pool_state;
 
