@@ -14,11 +14,8 @@
 #include "provider/pending.h"
 #include "provider/vmm.h"
 
-/* gp_vmm_unmap_free_pages, also leaving mapped the pages below `keep_end` of the FREE block right after
- * spot (0: none). */
-static size_t unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *spot, uintptr_t keep_end,
-                               uint64_t idle_before, bool release, int *rc, const gp_tenant *only,
-                               const gp_tenant *taker)
+size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *spot, uint64_t idle_before,
+                               bool release, int *rc, const gp_tenant *only, const gp_tenant *taker)
 {
     size_t got = 0;
     if (gp_capture_underway()) /* unmapping synchronises the device: never while a graph is captured */
@@ -37,8 +34,6 @@ static size_t unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *sp
                     continue;
                 uintptr_t first = seg->addr + gp_div_up(b->addr - seg->addr, p->page) * p->page;
                 uintptr_t end = seg->addr + (b->addr + b->size - seg->addr) / p->page * p->page;
-                if (spot != NULL && b->prev == spot && keep_end > first) /* the part a join needs */
-                    first = seg->addr + gp_div_up(keep_end - seg->addr, p->page) * p->page;
                 if (end <= first)
                     continue;
                 size_t n = (end - first) / p->page;
@@ -62,12 +57,6 @@ static size_t unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *sp
     return got;
 }
 
-size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *spot, uint64_t idle_before,
-                               bool release, int *rc, const gp_tenant *only, const gp_tenant *taker)
-{
-    return unmap_free_pages(p, want, spot, 0, idle_before, release, rc, only, taker);
-}
-
 /*
  * Pages beyond the pool's come from the device while the pool stays under its cache cap
  * ((1 + cache_slack) x the peak of allocated bytes: the demand the workload has shown); past it, from
@@ -89,16 +78,7 @@ void gp_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t pages
         size_t want = gp_div_up(after - cap, p->page);
         if (want > pages - p->pooled_count)
             want = pages - p->pooled_count;
-        /* A growth that maps all of spot joins the FREE block after it (vmm.c, growth_spot): the bytes
-         * of that block the request needs stay mapped. */
-        uintptr_t keep_end = 0;
-        const gp_block *after = spot->next;
-        if (pages * p->page >= spot->size && after != NULL && after->state == GP_BLOCK_FREE) {
-            size_t before = spot->prev != NULL && spot->prev->state == GP_BLOCK_FREE ? spot->prev->size : 0;
-            if (rsize > before + spot->size)
-                keep_end = after->addr + (rsize - before - spot->size);
-        }
-        if (unmap_free_pages(p, want, spot, keep_end, UINT64_MAX, false, &urc, NULL, st->tenant) > 0)
+        if (gp_vmm_unmap_free_pages(p, want, spot, UINT64_MAX, false, &urc, NULL, st->tenant) > 0)
             atomic_fetch_add(&p->num_stitches, 1);
     }
 }

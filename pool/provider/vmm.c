@@ -66,16 +66,8 @@ static int new_range(gp_pool_state *p, gp_stream_state *st, size_t bytes, bool s
     return GP_OK;
 }
 
-/*
- * The UNMAPPED block of st's ranges of kind `small` where mapping the fewest pages yields a FREE block
- * of rsize, extending the FREE block before it or, for a hole between two FREE blocks, mapping the whole
- * hole so that the three become one (gp_heap_release coalesces both sides). Stitching leaves such holes
- * where it cut pages out of a FREE block; when the live blocks around that block are freed, the free
- * memory either side of the hole is split in two, and a request larger than either half would otherwise
- * be served at the end of the range by more pages (new ones under the cache cap, stitched ones past it),
- * while the hole and the memory around it lie unused. Joining across the hole instead maps only the
- * hole's pages and gives back the contiguity that stitching took. st locked.
- */
+/* The UNMAPPED block of st's ranges of kind `small` where mapping the fewest pages yields a FREE block
+ * of rsize (extending the FREE block before it). st locked. */
 static gp_block *growth_spot(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small, size_t *pages)
 {
     gp_block *spot = NULL;
@@ -87,10 +79,7 @@ static gp_block *growth_spot(gp_pool_state *p, gp_stream_state *st, size_t rsize
             if (b->state != GP_BLOCK_UNMAPPED)
                 continue;
             size_t before = b->prev != NULL && b->prev->state == GP_BLOCK_FREE ? b->prev->size : 0;
-            size_t after = b->next != NULL && b->next->state == GP_BLOCK_FREE ? b->next->size : 0;
             size_t need = rsize > before ? gp_div_up(rsize - before, p->page) : 1;
-            if (need * p->page > b->size && before + b->size + after >= rsize)
-                need = b->size / p->page; /* the whole hole: joins the FREE blocks on both sides */
             if (need * p->page <= b->size && need < *pages) {
                 spot = b;
                 *pages = need;

@@ -23,9 +23,8 @@ size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *sp
                                bool release, int *rc, const gp_tenant *only, const gp_tenant *taker);
 
 /* Before st maps `pages` pages at the UNMAPPED `spot` for a request of `rsize`: moves free pages from
- * elsewhere (leaving alone the FREE block the growth extends, right before spot, and, when the growth
- * maps all of spot to join the FREE block after it, the part of that block the request needs) when new
- * ones would pass the cache cap (stitch.c). */
+ * elsewhere (leaving the FREE block the growth extends, right before spot, alone) when new ones would
+ * pass the cache cap (stitch.c). */
 void gp_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t pages, const gp_block *spot);
 
 /* A page that a pause unmapped, with its physical handle kept until the pause commits (api/pause.c). */

@@ -138,44 +138,6 @@ Test(vmm, stitching_serves_a_large_request_from_scattered_free_pages)
     cr_assert_eq(gp_free(pool, pins[1], stream), GP_OK);
 }
 
-/* Stitching cuts pages out of free blocks and leaves holes in the range; once the blocks either side of
- * a hole are free, growth maps the hole whole and the three join (provider/vmm.c, growth_spot), instead
- * of growing the range's end by the whole request and stitching the free blocks away from around it. */
-Test(vmm, growth_joins_the_free_blocks_either_side_of_a_stitched_hole)
-{
-    open_pool(STITCH_CONFIG);
-    const size_t X = 20 * MIB;
-    void *x[5];
-    for (int i = 0; i < 5; i++)
-        x[i] = alloc_written(X, (uint64_t)(20 + i));
-    cr_assert_eq(gp_free(pool, x[1], stream), GP_OK);
-    cr_assert_eq(gp_free(pool, x[3], stream), GP_OK);
-    void *big = alloc_written(2 * X, 30); /* no fit: x[1]'s and x[3]'s pages are stitched to the end */
-    gp_stats s = stats_now();
-    cr_assert_eq(s.reserved_bytes, 5 * X, "the 40 MiB came from the two freed blocks");
-    cr_assert_eq(s.num_stitches, 1);
-    cr_assert_eq(gp_free(pool, x[0], stream), GP_OK);
-    cr_assert_eq(gp_free(pool, x[2], stream), GP_OK);
-    /* free x[0] | hole | free x[2] | hole | x[4] | big: 50 MiB fit across the first hole */
-    uint64_t maps_before = maps();
-    void *joined = alloc_written(5 * X / 2, 40);
-    gp_stats after = stats_now();
-    cr_assert_eq(joined, x[0], "served where x[0] was, across the hole (got %p, x[0] was %p)", joined, x[0]);
-    cr_assert_eq(maps() - maps_before, X / (2 * MIB), "only the hole's pages were mapped");
-    /* past the cap (slack 0: the 110 MiB live), the hole's pages come from what the request does not
-     * need: the last 10 MiB of x[2] (stitched), the rest from the device */
-    cr_assert_eq(after.reserved_bytes, X + 2 * X + 5 * X / 2, "exactly what is live (%zu MiB)",
-                 (size_t)after.reserved_bytes / MIB);
-    cr_assert_eq(after.num_stitches, 2);
-    check_pattern(x[4], X, 24);
-    check_pattern(big, 2 * X, 30);
-    check_pattern(joined, 5 * X / 2, 40);
-    gp_sim_synchronize(sim);
-    cr_assert_eq(gp_free(pool, joined, stream), GP_OK);
-    cr_assert_eq(gp_free(pool, big, stream), GP_OK);
-    cr_assert_eq(gp_free(pool, x[4], stream), GP_OK);
-}
-
 Test(vmm, without_defrag_the_device_grows)
 {
     open_pool(STITCH_CONFIG ",defrag:off");
