@@ -217,9 +217,12 @@ GP_API int gp_tenant_resume(gp_pool *pool, const char *name)
             gp_pool_ledger_credit(p, t, 0, p->page);
             gp_page_release(p, mapped[k].handle);
         }
-        if (undo != GP_OK) /* a second fault: what stays mapped stays the paused tenant's, accounted, not lost */
+        if (undo != GP_OK) { /* a second fault: what stays mapped stays the paused tenant's, accounted, not lost */
+            char undo_why[512]; /* copied: gp_error_set writes the buffer gp_last_error() points to */
+            snprintf(undo_why, sizeof undo_why, "%s", gp_last_error());
             gp_error_set(rc, "%s; undoing it failed too (%s), so %zu of the %zu pages it mapped stay mapped", why,
-                         gp_last_error(), nmapped - undone, nmapped);
+                         undo_why, nmapped - undone, nmapped);
+        }
         gp_error_append(" (gp_tenant_resume of '%s': it stays paused; resume again once memory is free)", name);
     }
     free(mapped);

@@ -672,7 +672,9 @@ Test(tenants, failed_resume_after_a_failed_undo_changes_nothing)
     gp_sim_fail_call(sim, 1, GP_SIM_CALL_UNMAP, GP_ERR_DEVICE); /* the undo's first unmap */
     cr_assert_eq(gp_tenant_resume(pool, "t"), GP_ERR_OOM, "4 MiB free for 8 MiB of live pages");
     cr_assert_eq(gp_sim_faults_injected(sim), 1, "the undo met the fault");
-    cr_assert(strstr(gp_last_error(), "undoing it failed too") != NULL, "%s", gp_last_error());
+    cr_assert(strstr(gp_last_error(), "undoing it failed too (sim: injected fault in unmap") != NULL,
+              "names the second fault: %s", gp_last_error());
+    cr_assert(strncmp(gp_last_error(), "sim: out of device memory", 25) == 0, "and the first: %s", gp_last_error());
     cr_assert(tenant("t").paused);
     cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
     gp_stats mid = pool_stats();
