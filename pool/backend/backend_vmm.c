@@ -27,6 +27,7 @@
  * in flight on any stream (other threads', the application's), and the pool does not know them all.
  */
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -209,6 +210,61 @@ static int vmm_granularity(void *opaque, size_t *out)
     return GP_OK;
 }
 
+/* Sets the thread's message to "CALL on device D: NAME: TEXT" for a driver call that returned `res`
+ * (CALL formatted from fmt: the call and its arguments) and returns `code`. */
+static int driver_failed(const gp_vmm_ctx *ctx, CUresult res, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int driver_failed(const gp_vmm_ctx *ctx, CUresult res, int code, const char *fmt, ...)
+{
+    char call[384];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(call, sizeof call, fmt, ap);
+    va_end(ap);
+    const char *name, *why;
+    driver_error(res, &name, &why);
+    return gp_error_set(code, "%s on device %d: %s: %s", call, ctx->cuda.device, name, why);
+}
+
+/* Appends "; undoing it, cuMemUnmap(ptr=...) failed too: NAME: TEXT" when the undo of a failed map
+ * could not unmap what it had mapped. */
+static void note_failed_undo(CUresult undo, gp_devptr va, size_t size)
+{
+    if (undo == CUDA_SUCCESS)
+        return;
+    const char *name, *why;
+    driver_error(undo, &name, &why);
+    gp_error_append("; undoing it, cuMemUnmap(ptr=0x%llx, size=%zu) failed too: %s: %s", (unsigned long long)va,
+                    size, name, why);
+}
+
+/* Read and write access for the pool's device over [va, va+size), whole mappings. */
+static CUresult set_device_access(const gp_vmm_ctx *ctx, gp_devptr va, size_t size)
+{
+    CUmemAccessDesc access;
+    memset(&access, 0, sizeof access);
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = ctx->cuda.device;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    return driver.set_access((CUdeviceptr)va, size, &access, 1);
+}
+
+/* The device synchronize before unmapping (see the file's header); `what` names the unmap for the
+ * message. Leaves the device entered on success, left on failure. */
+static int synchronize_before_unmap(const gp_vmm_ctx *ctx, int prev, const char *what, gp_devptr va, size_t size)
+{
+    cudaError_t err = cudaDeviceSynchronize();
+    if (err == cudaSuccess)
+        return GP_OK;
+    char text[GP_SIZE_TEXT_MAX];
+    gp_cuda_clear_own_error(err);
+    gp_cuda_device_leave(&ctx->cuda, prev);
+    return gp_error_set(GP_ERR_DEVICE,
+                        "cudaDeviceSynchronize on device %d before %s(ptr=0x%llx, size=%zu (%s)): %s: %s",
+                        ctx->cuda.device, what, (unsigned long long)va, size, gp_format_size(size, text),
+                        cudaGetErrorName(err), cudaGetErrorString(err));
+}
+
 /* pre: size a multiple of the granularity. post: *out aligned to the granularity. */
 static int vmm_va_reserve(void *opaque, size_t size, gp_devptr *out)
 {
@@ -223,14 +279,10 @@ static int vmm_va_reserve(void *opaque, size_t size, gp_devptr *out)
     CUresult res = driver.address_reserve(&va, size, ctx->granularity, 0, 0);
     gp_cuda_unrelax(mode);
     gp_cuda_device_leave(&ctx->cuda, prev);
-    if (res != CUDA_SUCCESS) {
-        const char *name, *why;
-        driver_error(res, &name, &why);
-        return gp_error_set(res == CUDA_ERROR_OUT_OF_MEMORY ? GP_ERR_OOM : GP_ERR_DEVICE,
-                            "cuMemAddressReserve(size=%zu (%s), alignment=%zu, addr=0, flags=0) on device %d: "
-                            "%s: %s",
-                            size, gp_format_size(size, text), ctx->granularity, ctx->cuda.device, name, why);
-    }
+    if (res != CUDA_SUCCESS)
+        return driver_failed(ctx, res, res == CUDA_ERROR_OUT_OF_MEMORY ? GP_ERR_OOM : GP_ERR_DEVICE,
+                             "cuMemAddressReserve(size=%zu (%s), alignment=%zu, addr=0, flags=0)", size,
+                             gp_format_size(size, text), ctx->granularity);
     *out = (gp_devptr)va;
     return GP_OK;
 }
@@ -246,13 +298,9 @@ static int vmm_va_release(void *opaque, gp_devptr va, size_t size)
         return rc;
     CUresult res = driver.address_free((CUdeviceptr)va, size);
     gp_cuda_device_leave(&ctx->cuda, prev);
-    if (res != CUDA_SUCCESS) {
-        const char *name, *why;
-        driver_error(res, &name, &why);
-        return gp_error_set(GP_ERR_DEVICE, "cuMemAddressFree(ptr=0x%llx, size=%zu (%s)) on device %d: %s: %s",
-                            (unsigned long long)va, size, gp_format_size(size, text), ctx->cuda.device, name,
-                            why);
-    }
+    if (res != CUDA_SUCCESS)
+        return driver_failed(ctx, res, GP_ERR_DEVICE, "cuMemAddressFree(ptr=0x%llx, size=%zu (%s))",
+                             (unsigned long long)va, size, gp_format_size(size, text));
     return GP_OK;
 }
 
@@ -271,13 +319,10 @@ static int vmm_phys_create(void *opaque, size_t size, gp_phys *out)
     CUresult res = driver.create(&handle, size, &prop, 0);
     gp_cuda_unrelax(mode);
     gp_cuda_device_leave(&ctx->cuda, prev);
-    if (res != CUDA_SUCCESS) {
-        const char *name, *why;
-        driver_error(res, &name, &why);
-        return gp_error_set(res == CUDA_ERROR_OUT_OF_MEMORY ? GP_ERR_OOM : GP_ERR_DEVICE,
-                            "cuMemCreate(size=%zu (%s), type=PINNED, location=device %d, flags=0): %s: %s", size,
-                            gp_format_size(size, text), ctx->cuda.device, name, why);
-    }
+    if (res != CUDA_SUCCESS)
+        return driver_failed(ctx, res, res == CUDA_ERROR_OUT_OF_MEMORY ? GP_ERR_OOM : GP_ERR_DEVICE,
+                             "cuMemCreate(size=%zu (%s), type=PINNED, location=device %d, flags=0)", size,
+                             gp_format_size(size, text), ctx->cuda.device);
     *out = (gp_phys)handle;
     return GP_OK;
 }
@@ -292,12 +337,8 @@ static int vmm_phys_release(void *opaque, gp_phys handle)
         return rc;
     CUresult res = driver.release((CUmemGenericAllocationHandle)handle);
     gp_cuda_device_leave(&ctx->cuda, prev);
-    if (res != CUDA_SUCCESS) {
-        const char *name, *why;
-        driver_error(res, &name, &why);
-        return gp_error_set(GP_ERR_DEVICE, "cuMemRelease(handle=0x%llx) on device %d: %s: %s",
-                            (unsigned long long)handle, ctx->cuda.device, name, why);
-    }
+    if (res != CUDA_SUCCESS)
+        return driver_failed(ctx, res, GP_ERR_DEVICE, "cuMemRelease(handle=0x%llx)", (unsigned long long)handle);
     return GP_OK;
 }
 
@@ -313,46 +354,25 @@ static int vmm_map(void *opaque, gp_devptr va, size_t size, gp_phys handle)
         return rc;
     enum cudaStreamCaptureMode mode = gp_cuda_relax(); /* growth may happen while a graph is captured */
     CUresult res = driver.map((CUdeviceptr)va, size, 0, (CUmemGenericAllocationHandle)handle, 0);
-    if (res != CUDA_SUCCESS) {
-        gp_cuda_unrelax(mode);
-        gp_cuda_device_leave(&ctx->cuda, prev);
-        const char *name, *why;
-        driver_error(res, &name, &why);
-        return gp_error_set(GP_ERR_DEVICE,
-                            "cuMemMap(ptr=0x%llx, size=%zu (%s), offset=0, handle=0x%llx, flags=0) on device %d: "
-                            "%s: %s",
-                            (unsigned long long)va, size, gp_format_size(size, text),
-                            (unsigned long long)handle, ctx->cuda.device, name, why);
-    }
-
-    CUmemAccessDesc access;
-    memset(&access, 0, sizeof access);
-    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access.location.id = ctx->cuda.device;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    res = driver.set_access((CUdeviceptr)va, size, &access, 1);
-    if (res != CUDA_SUCCESS) {
-        /* undo: a mapping nobody may access must not stay behind */
-        CUresult undo = driver.unmap((CUdeviceptr)va, size);
-        gp_cuda_unrelax(mode);
-        gp_cuda_device_leave(&ctx->cuda, prev);
-        const char *name, *why;
-        driver_error(res, &name, &why);
-        gp_error_set(GP_ERR_DEVICE,
-                     "cuMemSetAccess(ptr=0x%llx, size=%zu (%s), location=device %d, PROT_READWRITE) after "
-                     "cuMemMap(handle=0x%llx): %s: %s",
-                     (unsigned long long)va, size, gp_format_size(size, text), ctx->cuda.device,
-                     (unsigned long long)handle, name, why);
-        if (undo != CUDA_SUCCESS) {
-            driver_error(undo, &name, &why);
-            gp_error_append("; undoing it, cuMemUnmap(ptr=0x%llx, size=%zu) failed too: %s: %s",
-                            (unsigned long long)va, size, name, why);
+    if (res == CUDA_SUCCESS) {
+        CUresult access = set_device_access(ctx, va, size);
+        if (access != CUDA_SUCCESS) {
+            /* undo: a mapping nobody may access must not stay behind */
+            CUresult undo = driver.unmap((CUdeviceptr)va, size);
+            rc = driver_failed(ctx, access, GP_ERR_DEVICE,
+                               "cuMemSetAccess(ptr=0x%llx, size=%zu (%s), PROT_READWRITE) after "
+                               "cuMemMap(handle=0x%llx)",
+                               (unsigned long long)va, size, gp_format_size(size, text), (unsigned long long)handle);
+            note_failed_undo(undo, va, size);
         }
-        return GP_ERR_DEVICE;
+    } else {
+        rc = driver_failed(ctx, res, GP_ERR_DEVICE,
+                           "cuMemMap(ptr=0x%llx, size=%zu (%s), offset=0, handle=0x%llx, flags=0)",
+                           (unsigned long long)va, size, gp_format_size(size, text), (unsigned long long)handle);
     }
     gp_cuda_unrelax(mode);
     gp_cuda_device_leave(&ctx->cuda, prev);
-    return GP_OK;
+    return rc;
 }
 
 /* pre: [va, va+size) is exactly one mapping made by vmm_map. Synchronises the device first (see the
@@ -365,25 +385,14 @@ static int vmm_unmap(void *opaque, gp_devptr va, size_t size)
     int rc = gp_cuda_device_enter(&ctx->cuda, "unmap", &prev);
     if (rc != GP_OK)
         return rc;
-    cudaError_t err = cudaDeviceSynchronize();
-    if (err != cudaSuccess) {
-        gp_cuda_clear_own_error(err);
-        gp_cuda_device_leave(&ctx->cuda, prev);
-        return gp_error_set(GP_ERR_DEVICE,
-                            "cudaDeviceSynchronize on device %d before cuMemUnmap(ptr=0x%llx, size=%zu (%s)): "
-                            "%s: %s",
-                            ctx->cuda.device, (unsigned long long)va, size, gp_format_size(size, text),
-                            cudaGetErrorName(err), cudaGetErrorString(err));
-    }
+    rc = synchronize_before_unmap(ctx, prev, "cuMemUnmap", va, size);
+    if (rc != GP_OK)
+        return rc;
     CUresult res = driver.unmap((CUdeviceptr)va, size);
     gp_cuda_device_leave(&ctx->cuda, prev);
-    if (res != CUDA_SUCCESS) {
-        const char *name, *why;
-        driver_error(res, &name, &why);
-        return gp_error_set(GP_ERR_DEVICE, "cuMemUnmap(ptr=0x%llx, size=%zu (%s)) on device %d: %s: %s",
-                            (unsigned long long)va, size, gp_format_size(size, text), ctx->cuda.device, name,
-                            why);
-    }
+    if (res != CUDA_SUCCESS)
+        return driver_failed(ctx, res, GP_ERR_DEVICE, "cuMemUnmap(ptr=0x%llx, size=%zu (%s))", (unsigned long long)va,
+                             size, gp_format_size(size, text));
     return GP_OK;
 }
 
@@ -401,40 +410,27 @@ static int vmm_map_run(void *opaque, gp_devptr va, size_t page, const gp_phys *h
     size_t done = 0;
     CUresult res = CUDA_SUCCESS;
     for (; done < n; done++) {
-        res = driver.map((CUdeviceptr)va + (CUdeviceptr)done * page, page, 0, (CUmemGenericAllocationHandle)handles[done], 0);
+        res = driver.map((CUdeviceptr)va + (CUdeviceptr)done * page, page, 0,
+                         (CUmemGenericAllocationHandle)handles[done], 0);
         if (res != CUDA_SUCCESS)
             break;
     }
     const char *what = "cuMemMap";
     if (res == CUDA_SUCCESS) {
-        CUmemAccessDesc access;
-        memset(&access, 0, sizeof access);
-        access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-        access.location.id = ctx->cuda.device;
-        access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-        res = driver.set_access((CUdeviceptr)va, n * page, &access, 1);
+        res = set_device_access(ctx, va, n * page);
         what = "cuMemSetAccess";
     }
-    if (res == CUDA_SUCCESS) {
-        gp_cuda_unrelax(mode);
-        gp_cuda_device_leave(&ctx->cuda, prev);
-        return GP_OK;
-    }
-    const char *name, *why;
-    driver_error(res, &name, &why);
-    gp_error_set(GP_ERR_DEVICE, "%s in a run of %zu pages at 0x%llx (%s each), page %zu, on device %d: %s: %s", what, n,
-                 (unsigned long long)va, gp_format_size(page, text), done, ctx->cuda.device, name, why);
-    for (size_t i = 0; i < done; i++) { /* undo: no mapping nobody may access stays behind */
-        CUresult undo = driver.unmap((CUdeviceptr)va + (CUdeviceptr)i * page, page);
-        if (undo != CUDA_SUCCESS) {
-            driver_error(undo, &name, &why);
-            gp_error_append("; undoing it, cuMemUnmap(ptr=0x%llx) failed too: %s: %s",
-                            (unsigned long long)va + (unsigned long long)i * page, name, why);
+    if (res != CUDA_SUCCESS) {
+        rc = driver_failed(ctx, res, GP_ERR_DEVICE, "%s in a run of %zu pages at 0x%llx (%s each), page %zu", what, n,
+                           (unsigned long long)va, gp_format_size(page, text), done);
+        for (size_t i = 0; i < done; i++) { /* undo: no mapping nobody may access stays behind */
+            gp_devptr at = va + i * page;
+            note_failed_undo(driver.unmap((CUdeviceptr)at, page), at, page);
         }
     }
     gp_cuda_unrelax(mode);
     gp_cuda_device_leave(&ctx->cuda, prev);
-    return GP_ERR_DEVICE;
+    return rc;
 }
 
 /* pre: [va, va + n * page) is n mappings made by vmm_map or vmm_map_run. One device synchronize for all
@@ -448,23 +444,16 @@ static int vmm_unmap_run(void *opaque, gp_devptr va, size_t page, size_t n, size
     int rc = gp_cuda_device_enter(&ctx->cuda, "unmap_run", &prev);
     if (rc != GP_OK)
         return rc;
-    cudaError_t err = cudaDeviceSynchronize();
-    if (err != cudaSuccess) {
-        gp_cuda_clear_own_error(err);
-        gp_cuda_device_leave(&ctx->cuda, prev);
-        return gp_error_set(GP_ERR_DEVICE,
-                            "cudaDeviceSynchronize on device %d before unmapping %zu pages at 0x%llx: %s: %s",
-                            ctx->cuda.device, n, (unsigned long long)va, cudaGetErrorName(err), cudaGetErrorString(err));
-    }
+    rc = synchronize_before_unmap(ctx, prev, "unmapping a run of pages, cuMemUnmap", va, n * page);
+    if (rc != GP_OK)
+        return rc;
     for (; *done < n; (*done)++) {
         gp_devptr at = va + *done * page;
         CUresult res = driver.unmap((CUdeviceptr)at, page);
         if (res != CUDA_SUCCESS) {
             gp_cuda_device_leave(&ctx->cuda, prev);
-            const char *name, *why;
-            driver_error(res, &name, &why);
-            return gp_error_set(GP_ERR_DEVICE, "cuMemUnmap(ptr=0x%llx, size=%zu (%s)) on device %d: %s: %s",
-                                (unsigned long long)at, page, gp_format_size(page, text), ctx->cuda.device, name, why);
+            return driver_failed(ctx, res, GP_ERR_DEVICE, "cuMemUnmap(ptr=0x%llx, size=%zu (%s))",
+                                 (unsigned long long)at, page, gp_format_size(page, text));
         }
     }
     gp_cuda_device_leave(&ctx->cuda, prev);

@@ -88,23 +88,28 @@ struct gp_ledger {
 
 /* ---- processes ---------------------------------------------------------------------------------- */
 
-uint64_t gp_ledger_process_start(int pid)
+/* /proc/PID/stat read into buf, and the part after the LAST ')' (comm may hold spaces and ')'), which
+ * begins with the space before field 3 (state); NULL when it cannot be read. */
+static char *read_stat_after_comm(int pid, char *buf, size_t size)
 {
-    char path[64], buf[1024];
+    char path[64];
     snprintf(path, sizeof path, "/proc/%d/stat", pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
+        return NULL;
+    ssize_t n = read(fd, buf, size - 1);
     close(fd);
     if (n <= 0)
-        return 0;
+        return NULL;
     buf[n] = '\0';
-    /* "pid (comm) state ppid ...": comm may hold spaces and ')', so count fields after the last ')'. */
     char *p = strrchr(buf, ')');
-    if (p == NULL)
-        return 0;
-    p++;
+    return p != NULL ? p + 1 : NULL;
+}
+
+uint64_t gp_ledger_process_start(int pid)
+{
+    char buf[1024];
+    char *p = read_stat_after_comm(pid, buf, sizeof buf);
     /* p is at the space before field 3 (state); each step moves it to the space before the next field,
      * so 19 steps reach the space before field 22 (starttime). (It took 20, and read field 23, the
      * virtual size: that changes as the process maps memory, and is 0 for a zombie, which read as
@@ -126,22 +131,12 @@ static uint64_t self_start(void)
     return atomic_load(&cached);
 }
 
-/* The state letter of /proc/PID/stat (R, S, D, Z, X, ...), or 0 when it cannot be read. Like the start
- * time, it is read after the LAST ')': comm may hold spaces and ')'. */
+/* The state letter of /proc/PID/stat (R, S, D, Z, X, ...), or 0 when it cannot be read. */
 static char process_state(int pid)
 {
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')');
-    return p != NULL && p[1] == ' ' ? p[2] : 0;
+    char buf[1024];
+    const char *p = read_stat_after_comm(pid, buf, sizeof buf);
+    return p != NULL && p[0] == ' ' ? p[1] : 0;
 }
 
 /* The `Threads:` count of /proc/PID/status, or 0 when it cannot be read. */

@@ -176,14 +176,51 @@ static size_t release_free_segments(gp_pool_state *p, size_t want, size_t keep, 
 }
 
 /*
- * Before growing by `bytes` past `cap`: gives back wholly free segments, oldest first, but only when
- * that brings the pool under the cap (releasing less would only trade device calls for nothing).
+ * Gives back st's own wholly free segments of the kind (small or large) it is about to grow, oldest
+ * first, until `want` bytes are released; returns bytes released. Pool lock held, no stream lock.
  */
-static void release_over_cap(gp_pool_state *p, size_t bytes, size_t cap, const gp_tenant *taker)
+static size_t release_own_unfit(gp_pool_state *p, gp_stream_state *st, bool small, size_t want)
+{
+    size_t released = 0;
+    for (gp_segment *seg = p->segments_head, *next; seg != NULL && released < want; seg = next) {
+        next = seg->next;
+        if (seg->owner != st || seg->small != small || seg->pages != NULL)
+            continue;
+        pthread_mutex_lock(&st->lock);
+        if (gp_segment_wholly_free(seg)) {
+            size_t size = seg->size;
+            if (release_segment_locked(p, seg) == GP_OK) /* a failure keeps it cached: nothing lost */
+                released += size;
+        }
+        pthread_mutex_unlock(&st->lock);
+    }
+    return released;
+}
+
+/*
+ * Before st grows its `small` (or large) heap by `bytes` past `cap`: gives back wholly free segments.
+ *
+ * When the wholly free segments of the whole pool can bring it under the cap, they go, oldest first,
+ * whatever their stream or kind: the pool then holds no more than the demand it has seen.
+ *
+ * When they cannot, st's own wholly free segments of the kind it grows still go, as many as the excess
+ * (oldest first), but only when the growth would raise the pool's high-water mark (reserved_peak).
+ * Why these: st's heap has just missed with them in it, so they are sizes its work no longer fits at
+ * this point (a serving loop whose batch grew, a step whose shapes changed); kept, the new segment
+ * would stack on top of them, and every byte of them released before the growth is a byte off the
+ * high-water mark (growth follows anyway, so releasing part is not "device calls for nothing").
+ * Why only those: other streams' free segments are their own next steps' working set (released, they
+ * come back as growth of those streams, device calls in every pass), and free segments of the other
+ * kind cannot hold this request while its kind's demand returns with the next small (or large) request.
+ * Why only above the high-water mark: below it the growth takes nothing the device has not already
+ * given this pool; releasing there would not lower the peak, only cost device calls in steady state.
+ */
+static void release_over_cap(gp_pool_state *p, gp_stream_state *st, bool small, size_t bytes, size_t cap)
 {
     size_t reserved = atomic_load(&p->reserved);
     if (cap == SIZE_MAX || reserved + bytes <= cap || gp_capture_underway())
         return;
+    const gp_tenant *taker = st->tenant;
     size_t releasable = 0;
     for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
         pthread_mutex_lock(&seg->owner->lock);
@@ -195,6 +232,8 @@ static void release_over_cap(gp_pool_state *p, size_t bytes, size_t cap, const g
     size_t excess = reserved + bytes - cap;
     if (releasable >= excess)
         release_free_segments(p, excess, 0, NULL, NULL, taker);
+    else if (reserved + bytes > atomic_load(&p->reserved_peak))
+        release_own_unfit(p, st, small, excess);
 }
 
 /* Allocates a new segment of `bytes` on the device for st, returned with its single FREE block on no
@@ -234,8 +273,10 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t bytes, bool small,
  * The allocation slow path over device allocations, one step at a time (pool lock held):
  *   1. take from st's heap, with completed pending frees returned to it;
  *   2. above the cache cap, take a wholly free segment of another stream (whose fence has completed);
- *   3. above the cap, give unfit free segments back first, then grow by a new segment of the policy's
- *      size (policy/segment_size.c), or of just enough whole pages when that fails;
+ *   3. above the cap, give unfit free segments back first (release_over_cap: enough of the pool's to
+ *      come under the cap, else st's own of the kind it grows, when the growth would set a new
+ *      high-water mark), then grow by a new segment of the policy's size (policy/segment_size.c), or of
+ *      just enough whole pages when that fails;
  *   4. at device OOM, return all streams' completed pending frees and steal again, waiting on the
  *      owner's fence when steal_wait is set;
  *   5. at OOM, give every wholly free segment back (others' only down to their min) and grow once more.
@@ -255,7 +296,7 @@ static int alloc_segments(gp_pool_state *p, gp_stream_state *st, size_t size, si
     if (b == NULL) {
         size_t just_enough = gp_round_up(rsize, GP_DEVICE_PAGE);
         if (over_cap)
-            release_over_cap(p, bytes, cap, st->tenant);
+            release_over_cap(p, st, small, bytes, cap);
         rc = grow(p, st, bytes, small, &seg);
         if ((rc == GP_ERR_OOM || rc == GP_ERR_QUOTA || rc == GP_ERR_MIN_GUARANTEE) && bytes > just_enough) {
             bytes = just_enough;

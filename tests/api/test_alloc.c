@@ -181,6 +181,34 @@ Test(alloc, growth_past_the_slack_first_gives_back_unfit_free_segments)
     cr_assert_eq(gp_free(pool, p, NULL), GP_OK);
 }
 
+Test(alloc, growth_past_the_peak_gives_back_the_streams_own_unfit_segments_even_short_of_the_cap)
+{
+    /* One 20 MiB large segment holding four 5 MiB blocks, then a 100 MiB segment of its own: peak
+     * allocated 120 MiB. Three of the 5 MiB blocks and the 100 MiB one are freed: 15 MiB free inside the
+     * shared segment (not releasable) and one wholly free 100 MiB segment. */
+    void *q[4], *w, *r;
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(gp_alloc(pool, &q[i], 5 * MIB, NULL), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_alloc(pool, &w, 100 * MIB, NULL), GP_OK, "%s", gp_last_error());
+    for (int i = 1; i < 4; i++)
+        cr_assert_eq(gp_free(pool, q[i], NULL), GP_OK);
+    cr_assert_eq(gp_free(pool, w, NULL), GP_OK);
+    cr_assert_eq(stats_now().reserved_bytes, 120 * MIB);
+    /* 110 MiB fits neither. The cap is 1.04 x 120 MiB; growing would hold 230 MiB, and the 100 MiB wholly
+     * free segment cannot bring the pool under the cap, but it cannot serve the request either and the
+     * growth would raise the high-water mark: it goes back before the new segment comes. */
+    cr_assert_eq(gp_alloc(pool, &r, 110 * MIB, NULL), GP_OK, "%s", gp_last_error());
+    gp_stats s = stats_now();
+    cr_assert_eq(s.num_device_frees, 1, "the unfit 100 MiB segment was given back (%llu device frees)",
+                 (unsigned long long)s.num_device_frees);
+    cr_assert_eq(s.reserved_bytes, 130 * MIB, "reserved %llu", (unsigned long long)s.reserved_bytes);
+    cr_assert_eq(s.reserved_bytes_peak, 130 * MIB, "the peak is 130 MiB, not 230 MiB (%llu)",
+                 (unsigned long long)s.reserved_bytes_peak);
+    cr_assert_eq(gp_free(pool, r, NULL), GP_OK);
+    cr_assert_eq(gp_free(pool, q[0], NULL), GP_OK);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+}
+
 Test(alloc, device_oom_releases_free_segments_and_retries)
 {
     recreate("device_memory:1GiB,cache_slack:off");

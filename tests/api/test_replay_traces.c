@@ -7,7 +7,8 @@
  * after every event (traces/; at the peak for models/), the pool's requested_bytes equals the replayer's live sum, and the last pass
  * makes no device calls (the cache settles within three steps: cache_slack may give segments back and
  * regrow in the second and third). On models/ the cudaMalloc path still calls the device in the last
- * pass of two traces (issue 11), so only tools/bench_traces.py replays it there, and the 52 GiB traces
+ * pass of five traces (issue 11: densenet121_train, efficientnet_b0_train, fasterrcnn_serve,
+ * resnet18_train_b8 and _b16, 1-14 calls), so only tools/bench_traces.py replays it there, and the 52 GiB traces
  * of traces/ on sim-vmm (26,000 page maps each) take the sanitizer build past its time. Timing and the
  * fragmentation targets are benchmarks, not tests: see tools/bench_traces.py.
  *
@@ -174,8 +175,8 @@ Test(replay_traces, every_shared_trace_replays_cleanly, .timeout = 600)
     size_t n = replay_folder(dir, NULL, 4, true, true);
     /* models/ (15 times the events): the virtual-memory path, 3 passes as tools/bench_traces.py runs
      * them, checked at the end of the replay only (a stats snapshot per event takes the sanitizer
-     * build past its time); the cudaMalloc path does not settle there yet (densenet121_train,
-     * fasterrcnn_serve: issue 11), so it is left to the benchmark. */
+     * build past its time); the cudaMalloc path does not settle there yet (five traces, see the top
+     * of this file: issue 11), so it is left to the benchmark. */
     n += replay_folder(models, "backend:sim-vmm", 3, false, true);
     if (n == 0)
         cr_skip_test("no *.csv trace in %s or %s; skipped", dir, models);
