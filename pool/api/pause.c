@@ -212,7 +212,7 @@ GP_API int gp_tenant_resume(gp_pool *pool, const char *name)
         snprintf(why, sizeof why, "%s", gp_last_error());
         size_t undone = 0;
         int undo = gp_vmm_unmap_resumed(p, mapped, nmapped, &undone);
-        for (size_t k = 0; k < undone; k++) {
+        for (size_t k = 0; mapped != NULL && k < undone; k++) { /* none mapped when none was paused */
             assert(mapped[k].seg->owner != NULL && mapped[k].seg->owner->tenant == t); /* t's own pages */
             gp_pool_ledger_credit(p, t, 0, p->page);
             gp_page_release(p, mapped[k].handle);
