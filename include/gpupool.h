@@ -192,9 +192,11 @@ GP_API int gp_tenant_bind_stream(gp_pool *pool, const char *name, gp_stream stre
  * which is given back only once every unmap has succeeded, and the error says "rolled back" — the
  * tenant runs on as before. Only if mapping them back fails too (a second fault) does the tenant stay
  * paused; the error then says so, and whether resume restores staged contents or the contents of
- * those pages are lost. A resume that fails leaves the tenant paused (and its staging kept): call it
- * again. Resume at device OOM first turns other tenants' cached free pages (down to their min) into
- * memory for the tenant.
+ * those pages are lost. A resume that fails changes nothing: the pages it mapped are unmapped and given
+ * back, the tenant stays paused with its paused bytes and staging as they were: call it again. Only if
+ * unmapping them fails too (a second fault) do some stay mapped (the paused tenant's, accounted); the
+ * error then says "undoing it failed too". Resume at device OOM first turns other tenants' cached free
+ * pages (down to their min) into memory for the tenant.
  */
 GP_API int gp_tenant_pause(gp_pool *pool, const char *name, unsigned flags);
 GP_API int gp_tenant_resume(gp_pool *pool, const char *name);

@@ -23,7 +23,16 @@
  * contents of those pages are lost).
  *
  * Resume maps pages from the page pool, then the device; when the device is full it first turns free
- * cached pages of other tenants (down to their min) into pooled pages, and tries again.
+ * cached pages of other tenants (down to their min) into pooled pages, and tries again. It too commits
+ * only at the end: the tenant's ranges stay `paused` while it maps and restores, so that nothing else
+ * (that step included) takes a page from a range it has already mapped, and it writes down every page
+ * it maps. A failure unmaps exactly those pages again and gives them back, so the failed resume changes
+ * nothing the user can see: the tenant stays paused, paused bytes and its staged contents as they were.
+ * (Before, a range counted as resumed once whole, and at device OOM its free pages, those of a block
+ * freed while paused, could be moved into another range of the tenant; the undo then missed them and
+ * the paused bytes shrank without any error saying so.) Only when an unmap of that undo fails (a
+ * second fault) do pages stay mapped, in ranges still paused and accounted to them; the error then
+ * says "undoing it failed too", and a later resume maps only the pages that still have no memory.
  */
 #include <assert.h>
 #include <stdio.h>
@@ -126,16 +135,27 @@ GP_API int gp_tenant_pause(gp_pool *pool, const char *name, unsigned flags)
     return rc;
 }
 
-/* Maps fresh pages into every paused range of t. Pool lock held, no stream lock. */
-static int remap_tenant(gp_pool_state *p, gp_tenant *t)
+/* Maps fresh pages into every paused range of t, appending each to mapped[] (room entries). Pool lock
+ * held, no stream lock. The ranges stay paused until the resume commits. */
+static int remap_tenant(gp_pool_state *p, gp_tenant *t, gp_held_page *mapped, size_t *nmapped, size_t room)
 {
     int rc = GP_OK;
     gp_lock_all_streams(p);
     for (gp_segment *seg = p->segments_head; seg != NULL && rc == GP_OK; seg = seg->next)
         if (tenant_range(seg, t) && seg->paused)
-            rc = gp_vmm_resume_range(p, seg);
+            rc = gp_vmm_resume_range(p, seg, mapped, nmapped, room);
     gp_unlock_all_streams(p);
     return rc;
+}
+
+/* The in-use pages without memory of t's paused ranges. Every lock held. */
+static size_t paused_pages(gp_pool_state *p, const gp_tenant *t)
+{
+    size_t need = 0;
+    for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next)
+        if (tenant_range(seg, t) && seg->paused)
+            need += gp_vmm_paused_pages(p, seg);
+    return need;
 }
 
 GP_API int gp_tenant_resume(gp_pool *pool, const char *name)
@@ -152,24 +172,36 @@ GP_API int gp_tenant_resume(gp_pool *pool, const char *name)
         pthread_mutex_unlock(&p->lock);
         return gp_error_set(GP_ERR_INVALID, "gp_tenant_resume: tenant '%s' is not paused", name);
     }
-    rc = remap_tenant(p, t);
+    /* Every page this attempt maps is written down, so that a failure unmaps exactly those: not the
+     * pages an earlier resume whose undo failed left mapped, nor ranges of t that are not paused. */
+    gp_lock_all_streams(p);
+    size_t room = paused_pages(p, t), nmapped = 0;
+    gp_unlock_all_streams(p);
+    gp_held_page *mapped = room > 0 ? malloc(room * sizeof *mapped) : NULL;
+    if (room > 0 && mapped == NULL) {
+        pthread_mutex_unlock(&p->lock);
+        return gp_error_set(GP_ERR_OOM, "gp_tenant_resume: '%s': out of host memory for %zu page handles "
+                            "(it stays paused)", name, room);
+    }
+    rc = remap_tenant(p, t, mapped, &nmapped, room);
     if (rc == GP_ERR_OOM) { /* the device is full: cached free pages elsewhere serve first */
         int failed = GP_OK;
-        size_t need = 0;
         gp_lock_all_streams(p);
-        for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next)
-            if (tenant_range(seg, t) && seg->paused)
-                need += gp_vmm_paused_pages(p, seg);
+        size_t need = paused_pages(p, t);
         gp_unlock_all_streams(p);
         gp_collect_all_pending(p); /* quick-listed and completed pending blocks hide whole free pages */
+        /* t's ranges are still paused, so this takes no page of t's that this attempt mapped */
         if (gp_vmm_unmap_free_pages(p, need, NULL, UINT64_MAX, false, &failed, NULL, t) > 0)
-            rc = remap_tenant(p, t);
+            rc = remap_tenant(p, t, mapped, &nmapped, room);
     }
     gp_lock_all_streams(p);
     if (rc == GP_OK && t->staged != NULL)
         rc = gp_staging_restore(p, t);
     if (rc == GP_OK) {
-        /* Blocks freed while paused may sit in pages no live block shares: they are cache again. */
+        /* Commit. Blocks freed while paused may sit in pages no live block shares: they are cache again. */
+        for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next)
+            if (tenant_range(seg, t) && seg->paused)
+                gp_vmm_unpause_range(p, seg);
         gp_staging_drop(p, t);
         t->paused = false;
         gp_tenant_update_gate(t);
@@ -178,26 +210,22 @@ GP_API int gp_tenant_resume(gp_pool *pool, const char *name)
          * (they held device memory for a tenant still paused, out of every other tenant's reach). */
         char why[512];
         snprintf(why, sizeof why, "%s", gp_last_error());
-        size_t capacity = 0, nheld = 0;
-        for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next)
-            if (tenant_range(seg, t))
-                capacity += seg->mapped_bytes / p->page;
-        gp_held_page *held = capacity > 0 ? malloc(capacity * sizeof *held) : NULL;
-        int undo = capacity > 0 && held == NULL ? GP_ERR_OOM : GP_OK; /* host memory */
-        for (gp_segment *seg = p->segments_head; seg != NULL && held != NULL && undo == GP_OK; seg = seg->next)
-            if (tenant_range(seg, t))
-                undo = gp_vmm_pause_range(p, seg, held, &nheld);
-        for (size_t k = 0; k < nheld; k++) {
-            assert(held != NULL && held[k].seg != NULL && held[k].seg->owner != NULL); /* pages held of owned ranges */
-            gp_pool_ledger_credit(p, held[k].seg->owner->tenant, 0, p->page);
-            gp_page_release(p, held[k].handle);
+        size_t undone = 0;
+        int undo = gp_vmm_unmap_resumed(p, mapped, nmapped, &undone);
+        for (size_t k = 0; mapped != NULL && k < undone; k++) { /* none mapped when none was paused */
+            assert(mapped[k].seg->owner != NULL && mapped[k].seg->owner->tenant == t); /* t's own pages */
+            gp_pool_ledger_credit(p, t, 0, p->page);
+            gp_page_release(p, mapped[k].handle);
         }
-        free(held);
-        if (undo != GP_OK) /* a second fault: what stays mapped stays the paused tenant's, accounted, not lost */
-            gp_error_set(rc, "%s; undoing it failed too (%s), so some of the pages it mapped stay mapped", why,
-                         gp_last_error());
+        if (undo != GP_OK) { /* a second fault: what stays mapped stays the paused tenant's, accounted, not lost */
+            char undo_why[512]; /* copied: gp_error_set writes the buffer gp_last_error() points to */
+            snprintf(undo_why, sizeof undo_why, "%s", gp_last_error());
+            gp_error_set(rc, "%s; undoing it failed too (%s), so %zu of the %zu pages it mapped stay mapped", why,
+                         undo_why, nmapped - undone, nmapped);
+        }
         gp_error_append(" (gp_tenant_resume of '%s': it stays paused; resume again once memory is free)", name);
     }
+    free(mapped);
     gp_unlock_all_streams(p);
     pthread_mutex_unlock(&p->lock);
     return rc;

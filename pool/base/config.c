@@ -358,6 +358,25 @@ int gp_config_apply(gp_config *cfg, const char *text, const char *origin)
     return rc;
 }
 
+int gp_config_check_ledger_name(const char *name)
+{
+    size_t len = strlen(name);
+    if (len == 0)
+        return gp_error_set(GP_ERR_CONFIG, "ledger: empty name (use on, off or a name)");
+    if (len > GP_CONFIG_LEDGER_NAME_LEN)
+        return gp_error_set(GP_ERR_CONFIG, "ledger: a name of %zu bytes is longer than %d characters", len,
+                            GP_CONFIG_LEDGER_NAME_LEN);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+              c == '-'))
+            return gp_error_set(GP_ERR_CONFIG,
+                                "ledger: a name may hold only letters, digits, '.', '_' and '-' (byte %zu is 0x%02x)",
+                                i + 1, c);
+    }
+    return GP_OK;
+}
+
 int gp_config_validate(const gp_config *cfg)
 {
     static const char *const backends[] = {"cuda", "vmm", "sim", "sim-vmm"};
@@ -385,6 +404,8 @@ int gp_config_validate(const gp_config *cfg)
         return gp_error_set(GP_ERR_CONFIG, "empty_cache '%s' unknown (working-set, trim or off)", cfg->empty_cache);
     if (cfg->max_streams == 0 || cfg->max_streams > 65536)
         return gp_error_set(GP_ERR_CONFIG, "max_streams %u must be between 1 and 65536", cfg->max_streams);
+    if (strcmp(cfg->ledger, "off") != 0 && strcmp(cfg->ledger, "on") != 0)
+        return gp_config_check_ledger_name(cfg->ledger); /* refused here, not first at gp_pool_create's attach */
     return GP_OK;
 }
 

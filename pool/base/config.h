@@ -57,6 +57,14 @@ int gp_config_apply(gp_config *cfg, const char *text, const char *origin);
 /* Checks relations between keys (e.g. small_size <= small_segment); GP_ERR_CONFIG on failure. */
 int gp_config_validate(const gp_config *cfg);
 
+/* The longest ledger name (`ledger:NAME`): the shm name "/gpupool.NAME" must fit the ledger's 64 bytes. */
+#define GP_CONFIG_LEDGER_NAME_LEN 54
+
+/* GP_OK when `name` can name a ledger: 1 to GP_CONFIG_LEDGER_NAME_LEN letters, digits, '.', '_' or '-'
+ * (a POSIX shm name, without '/'); else GP_ERR_CONFIG with a message that names the first bad byte by
+ * position and value, never echoing it. Checked by gp_config_validate and again by the ledger. */
+int gp_config_check_ledger_name(const char *name);
+
 /* Parses a size such as "512", "4KiB", "1.5GiB", "2M"; returns false on a bad value. */
 bool gp_parse_size(const char *text, size_t *out);
 

@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/config.h"
 #include "base/error.h"
 #include "base/format.h"
 
@@ -196,17 +197,10 @@ int gp_ledger_shm_name(const char *value, int device, char out[GP_LEDGER_NAME_MA
         snprintf(out, GP_LEDGER_NAME_MAX, "/gpupool.dev%d", device);
         return GP_OK;
     }
-    size_t len = strlen(value);
-    if (len > GP_LEDGER_NAME_MAX - 10)
-        return gp_error_set(GP_ERR_CONFIG, "ledger: name '%s' is longer than %d characters", value,
-                            GP_LEDGER_NAME_MAX - 10);
-    for (size_t i = 0; i < len; i++) {
-        char c = value[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-              c == '-'))
-            return gp_error_set(GP_ERR_CONFIG, "ledger: name '%s' may hold only letters, digits, '.', '_' and '-'",
-                                value);
-    }
+    _Static_assert(GP_CONFIG_LEDGER_NAME_LEN + sizeof "/gpupool." <= GP_LEDGER_NAME_MAX, "ledger names fit");
+    int rc = gp_config_check_ledger_name(value);
+    if (rc != GP_OK)
+        return rc;
     snprintf(out, GP_LEDGER_NAME_MAX, "/gpupool.%s", value);
     return GP_OK;
 }

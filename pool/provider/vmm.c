@@ -549,8 +549,24 @@ size_t gp_vmm_paused_pages(gp_pool_state *p, const gp_segment *seg)
     return n;
 }
 
-int gp_vmm_resume_range(gp_pool_state *p, gp_segment *seg)
+/* Accounts page i of seg, whose mapping has just been taken away, as a paused page again (the mirror of
+ * map_page) and returns its handle, which the caller gives back or keeps. */
+static gp_phys unmapped_page(gp_pool_state *p, gp_segment *seg, size_t i)
 {
+    gp_phys handle = seg->pages[i];
+    assert(seg->paused && handle != GP_PHYS_NONE); /* only a paused range's pages go without memory */
+    gp_history_note(p, GP_HIST_SEGMENT_UNMAP, seg->addr + i * p->page, p->page, seg->owner->handle,
+                    seg->owner->tenant->index);
+    seg->mapped_bytes -= p->page;
+    p->paused_bytes += p->page;
+    gp_tenant_charge(seg->owner->tenant, -(int64_t)p->page);
+    seg->pages[i] = GP_PHYS_NONE;
+    return handle;
+}
+
+int gp_vmm_resume_range(gp_pool_state *p, gp_segment *seg, gp_held_page *mapped, size_t *nmapped, size_t room)
+{
+    assert(seg->paused); /* it stays paused until the whole resume commits (gp_vmm_unpause_range) */
     size_t pages = seg->size / p->page;
     for (size_t i = 0; i < pages; i++) {
         if (seg->pages[i] != GP_PHYS_NONE || !page_in_use(seg, seg->addr + i * p->page))
@@ -566,8 +582,41 @@ int gp_vmm_resume_range(gp_pool_state *p, gp_segment *seg)
             gp_pool_ledger_credit(p, seg->owner->tenant, 0, p->page);
             return rc;
         }
+        assert(*nmapped < room); /* room: the paused pages of every paused range at the start */
+        mapped[(*nmapped)++] = (gp_held_page){seg, i, handle};
     }
+    return GP_OK;
+}
+
+void gp_vmm_unpause_range(gp_pool_state *p, gp_segment *seg)
+{
+    assert(seg->paused && gp_vmm_paused_pages(p, seg) == 0); /* every in-use page has memory again */
+    (void)p;
     seg->paused = false;
+}
+
+int gp_vmm_unmap_resumed(gp_pool_state *p, gp_held_page *mapped, size_t n, size_t *undone)
+{
+    *undone = 0;
+    while (*undone < n) {
+        /* a run: consecutive pages of one range, unmapped after one device synchronize */
+        const gp_held_page *first = &mapped[*undone];
+        size_t run = 1;
+        while (*undone + run < n && mapped[*undone + run].seg == first->seg &&
+               mapped[*undone + run].index == first->index + run)
+            run++;
+        size_t done = 0;
+        int rc = gp_pages_unmap_run(p, first->seg->addr + first->index * p->page, run, &done);
+        atomic_fetch_add(&p->num_unmaps, done);
+        for (size_t k = 0; k < done; k++) {
+            gp_held_page *h = &mapped[*undone + k];
+            assert(h->seg->pages[h->index] == h->handle); /* nothing else maps or unmaps a paused range */
+            unmapped_page(p, h->seg, h->index);
+        }
+        *undone += done;
+        if (rc != GP_OK)
+            return rc;
+    }
     return GP_OK;
 }
 
@@ -589,15 +638,8 @@ int gp_vmm_pause_range(gp_pool_state *p, gp_segment *seg, gp_held_page *held, si
         size_t done = 0;
         int rc = gp_pages_unmap_run(p, va, n, &done);
         atomic_fetch_add(&p->num_unmaps, done);
-        for (size_t k = 0; k < done; k++, i++) {
-            gp_history_note(p, GP_HIST_SEGMENT_UNMAP, seg->addr + i * p->page, p->page, seg->owner->handle,
-                            seg->owner->tenant->index);
-            seg->mapped_bytes -= p->page;
-            p->paused_bytes += p->page;
-            gp_tenant_charge(seg->owner->tenant, -(int64_t)p->page);
-            held[(*nheld)++] = (gp_held_page){seg, i, seg->pages[i]}; /* the ledger is credited at commit */
-            seg->pages[i] = GP_PHYS_NONE;
-        }
+        for (size_t k = 0; k < done; k++, i++)
+            held[(*nheld)++] = (gp_held_page){seg, i, unmapped_page(p, seg, i)}; /* the ledger: at commit */
         if (rc != GP_OK)
             return rc;
     }

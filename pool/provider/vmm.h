@@ -16,8 +16,8 @@
  * inside the FREE block right before `spot` (NULL, or an UNMAPPED growth spot whose struct and need
  * must stay as they are: merging then never recycles it) and in blocks free since after `idle_before`;
  * only in tenant `only` (NULL = any); for a `taker` (NULL = none), other tenants' pages only down to
- * their min. The handles go to the page pool or, with `release`, back to the device. Returns the pages
- * done; *rc gets the first failure.
+ * their min; never in a paused range (nor one being resumed). The handles go to the page pool or, with
+ * `release`, back to the device. Returns the pages done; *rc gets the first failure.
  */
 size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *spot, uint64_t idle_before,
                                bool release, int *rc, const gp_tenant *only, const gp_tenant *taker);
@@ -43,9 +43,22 @@ typedef struct gp_held_page {
  */
 int gp_vmm_pause_range(gp_pool_state *p, gp_segment *seg, gp_held_page *held, size_t *nheld);
 int gp_vmm_map_back(gp_pool_state *p, const gp_held_page *h);
-/* Resuming: maps fresh pages at every in-use page of seg that has none, and unpauses the range once all
- * have; gp_vmm_paused_pages counts those pages. */
-int gp_vmm_resume_range(gp_pool_state *p, gp_segment *seg);
+/*
+ * Resuming, in two steps like pausing, so that a failed resume changes nothing:
+ *   1. gp_vmm_resume_range maps fresh pages at every in-use page of seg that has none and appends each
+ *      page it mapped to mapped[] (room entries in all: the paused pages of every paused range at the
+ *      start), stopping at a failure. The range stays `paused`, so that nothing else (stitching,
+ *      releasing, stealing) takes its pages while the resume is under way;
+ *   2. once every range is mapped and its contents restored, gp_vmm_unpause_range commits each range;
+ *      after a failure gp_vmm_unmap_resumed unmaps exactly the pages of mapped[0..n) again (in runs),
+ *      accounting them as paused, and tells in *undone how many from the front it did; their handles
+ *      are the caller's to give back. It stops at a failed unmap (returned): the rest stay mapped, the
+ *      paused tenant's, accounted (a paused range may have pages with memory; resume skips them).
+ * gp_vmm_paused_pages counts the in-use pages of seg without memory.
+ */
+int gp_vmm_resume_range(gp_pool_state *p, gp_segment *seg, gp_held_page *mapped, size_t *nmapped, size_t room);
+void gp_vmm_unpause_range(gp_pool_state *p, gp_segment *seg);
+int gp_vmm_unmap_resumed(gp_pool_state *p, gp_held_page *mapped, size_t n, size_t *undone);
 size_t gp_vmm_paused_pages(gp_pool_state *p, const gp_segment *seg);
 
 #endif /* GP_VMM_H */

@@ -567,3 +567,122 @@ Test(tenants, refused_allocations_do_not_use_up_max_streams)
     teardown();
     two_failures_then_two_streams("sim-vmm", 3);
 }
+
+/* ---- a failed resume changes nothing ------------------------------------------------------------ */
+
+static gp_stats pool_stats(void)
+{
+    gp_stats s = {.size = sizeof s, .version = GP_STATS_VERSION};
+    cr_assert_eq(gp_get_stats(pool, &s), GP_OK, "%s", gp_last_error());
+    return s;
+}
+
+/* What a failed call may not change (cached and reserved bytes may move: a resume at device OOM turns
+ * other tenants' cache into pooled pages first). */
+static void assert_unchanged(const gp_stats *a, const gp_tenant_stats *ta, const char *name, const char *when)
+{
+    gp_stats b = pool_stats();
+    gp_tenant_stats tb = tenant(name);
+    cr_assert_eq(b.paused_bytes, a->paused_bytes, "%s: paused bytes %llu -> %llu (%s)", when,
+                 (unsigned long long)a->paused_bytes, (unsigned long long)b.paused_bytes, gp_last_error());
+    cr_assert_eq(b.allocated_bytes, a->allocated_bytes, "%s", when);
+    cr_assert_eq(b.active_blocks, a->active_blocks, "%s", when);
+    cr_assert_eq(b.num_allocs, a->num_allocs, "%s", when);
+    cr_assert_eq(b.num_frees, a->num_frees, "%s", when);
+    cr_assert_eq(tb.held_bytes, ta->held_bytes, "%s: '%s' holds %llu -> %llu bytes", when, name,
+                 (unsigned long long)ta->held_bytes, (unsigned long long)tb.held_bytes);
+    cr_assert_eq(tb.allocated_bytes, ta->allocated_bytes, "%s", when);
+    cr_assert(tb.paused, "%s: a failed resume leaves the tenant paused", when);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s: %s", when, gp_last_error());
+}
+
+/*
+ * The layout of the API fuzzer's input crash-resume-undo-fault-left-pages-mapped: tenant t has a small
+ * range (a 1 MiB block, freed while paused) and a large one (a 6 MiB block with contents), the default
+ * tenant holds 20 of the device's 24 MiB. Resume maps the small range's page and one of the large
+ * range's, then the device is full. The small range was whole again and counted as resumed, so the
+ * step that turns free pages into memory for the tenant took its free page (the block freed while
+ * paused) and mapped it into the large range; the undo then unmapped what it found mapped, and the
+ * page under the freed block was gone from the paused tenant: paused bytes 8 -> 6 MiB, and no error
+ * said that the undo had failed.
+ */
+static void *fill_device_and_pause(gp_stream *stream, void **b, void **hold, bool free_small)
+{
+    open_pool("sim-vmm", "device_memory:24MiB,small_size:1MiB,small_segment:2MiB,large_segment:6MiB,huge_size:4MiB");
+    create("t", 0, 0, 0);
+    gp_stream s = *stream = gp_sim_stream_create(sim);
+    cr_assert_eq(gp_tenant_bind_stream(pool, "t", s), GP_OK);
+    void *a;
+    cr_assert_eq(gp_alloc(pool, &a, 1 * MIB, s), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_alloc(pool, b, 6 * MIB, s), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_sim_launch(sim, s, a, 1 * MIB, GP_SIM_WRITE, 11, 100), GP_OK);
+    cr_assert_eq(gp_sim_launch(sim, s, *b, 6 * MIB, GP_SIM_WRITE, 12, 100), GP_OK);
+    gp_sim_synchronize(sim);
+    cr_assert_eq(gp_tenant_pause(pool, "t", GP_PAUSE_KEEP_CONTENTS), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(pool_stats().paused_bytes, 8 * MIB);
+    if (free_small) {
+        cr_assert_eq(gp_free(pool, a, s), GP_OK, "%s", gp_last_error());
+        a = NULL;
+    }
+    cr_assert_eq(gp_alloc(pool, hold, 20 * MIB, NULL), GP_OK, "%s", gp_last_error());
+    return a;
+}
+
+static void resume_and_check_contents(gp_stream s, void *a, void *b, void *hold)
+{
+    cr_assert_eq(gp_free(pool, hold, NULL), GP_OK);
+    cr_assert_eq(gp_tenant_resume(pool, "t"), GP_OK, "once memory is free: %s", gp_last_error());
+    cr_assert_eq(pool_stats().paused_bytes, 0);
+    if (a != NULL)
+        cr_assert_eq(gp_sim_launch(sim, s, a, 1 * MIB, GP_SIM_CHECK, 11, 100), GP_OK);
+    cr_assert_eq(gp_sim_launch(sim, s, b, 6 * MIB, GP_SIM_CHECK, 12, 100), GP_OK);
+    gp_sim_synchronize(sim);
+    gp_sim_report r;
+    gp_sim_get_report(sim, &r);
+    cr_assert_eq(r.pattern_mismatches, 0, "the failed resumes lost contents: %s", gp_sim_first_violation(sim));
+    if (a != NULL)
+        cr_assert_eq(gp_free(pool, a, s), GP_OK);
+    cr_assert_eq(gp_free(pool, b, s), GP_OK);
+}
+
+Test(tenants, failed_resume_at_device_full_restores_the_paused_state)
+{
+    gp_stream s;
+    void *b, *hold;
+    fill_device_and_pause(&s, &b, &hold, true);
+    gp_stats before = pool_stats();
+    gp_tenant_stats tbefore = tenant("t");
+    cr_assert_eq(gp_tenant_resume(pool, "t"), GP_ERR_OOM, "4 MiB free for 6 MiB of live pages");
+    cr_assert(strstr(gp_last_error(), "undoing it failed too") == NULL, "no second fault: %s", gp_last_error());
+    assert_unchanged(&before, &tbefore, "t", "a resume that failed at device OOM");
+    cr_assert_eq(gp_tenant_resume(pool, "t"), GP_ERR_OOM, "the device is still full");
+    assert_unchanged(&before, &tbefore, "t", "the same resume again");
+    resume_and_check_contents(s, NULL, b, hold);
+}
+
+/* A resume whose undo met a second fault says so and leaves the pages it could not unmap mapped (the
+ * paused tenant's, accounted). A later resume that fails too unmaps exactly the pages it mapped
+ * itself, not those: it changes nothing either. */
+Test(tenants, failed_resume_after_a_failed_undo_changes_nothing)
+{
+    gp_stream s;
+    void *a, *b, *hold;
+    a = fill_device_and_pause(&s, &b, &hold, false);
+    gp_stats before = pool_stats();
+    gp_sim_fail_call(sim, 1, GP_SIM_CALL_UNMAP, GP_ERR_DEVICE); /* the undo's first unmap */
+    cr_assert_eq(gp_tenant_resume(pool, "t"), GP_ERR_OOM, "4 MiB free for 8 MiB of live pages");
+    cr_assert_eq(gp_sim_faults_injected(sim), 1, "the undo met the fault");
+    cr_assert(strstr(gp_last_error(), "undoing it failed too (sim: injected fault in unmap") != NULL,
+              "names the second fault: %s", gp_last_error());
+    cr_assert(strncmp(gp_last_error(), "sim: out of device memory", 25) == 0, "and the first: %s", gp_last_error());
+    cr_assert(tenant("t").paused);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    gp_stats mid = pool_stats();
+    cr_assert_lt(mid.paused_bytes, before.paused_bytes, "pages stayed mapped");
+    cr_assert_eq(mid.allocated_bytes, before.allocated_bytes);
+    gp_tenant_stats tmid = tenant("t");
+    cr_assert_eq(gp_tenant_resume(pool, "t"), GP_ERR_OOM, "the device is still full");
+    cr_assert(strstr(gp_last_error(), "undoing it failed too") == NULL, "no second fault: %s", gp_last_error());
+    assert_unchanged(&mid, &tmid, "t", "a failed resume after a failed undo");
+    resume_and_check_contents(s, a, b, hold);
+}

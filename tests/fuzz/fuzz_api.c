@@ -12,7 +12,9 @@
  *   - a failed call returns a negative code, leaves a non-empty gp_last_error(), and changed nothing
  *     the user can see: live bytes, live blocks, alloc/free counts, paused bytes and, per tenant, its
  *     live bytes, limits and paused flag (snapshot before, compare after). Cached and reserved bytes
- *     may move: a refused allocation first gives cache back, by contract;
+ *     may move: a refused allocation first gives cache back, by contract. Only a call whose message
+ *     says "undoing it failed too" (a resume whose undo met a second fault) may leave paused bytes
+ *     lower: pages it mapped for the still-paused tenant stay mapped;
  *   - a successful alloc returns a 512-byte aligned pointer whose bytes overlap no other live block;
  *   - the sim sees no race, no pattern mismatch and no bad device call: every live block is written
  *     with a pattern (head and tail) when allocated and checked when freed and at the end;
@@ -158,7 +160,9 @@ static snapshot take(const state *s)
     return out;
 }
 
-static void same(const snapshot *a, const snapshot *b, const char *call)
+/* undo_failed: the call said that undoing it met a second fault, leaving pages it had mapped for a
+ * paused tenant mapped: paused bytes may then be lower (never higher); everything else is as before. */
+static void same(const snapshot *a, const snapshot *b, const char *call, bool undo_failed)
 {
     char detail[512];
     snprintf(detail, sizeof detail, "a failed %s changed the pool (allocated %llu -> %llu, active %llu -> %llu, "
@@ -168,7 +172,8 @@ static void same(const snapshot *a, const snapshot *b, const char *call)
              (unsigned long long)a->num_frees, (unsigned long long)b->num_frees, (unsigned long long)a->paused,
              (unsigned long long)b->paused, a->tenant_count, b->tenant_count);
     CHECK(a->allocated == b->allocated && a->requested == b->requested && a->active == b->active &&
-              a->num_allocs == b->num_allocs && a->num_frees == b->num_frees && a->paused == b->paused &&
+              a->num_allocs == b->num_allocs && a->num_frees == b->num_frees &&
+              (a->paused == b->paused || (undo_failed && b->paused < a->paused)) &&
               a->tenant_count == b->tenant_count,
           detail);
     for (int i = 0; i < NUM_NAMES; i++) {
@@ -215,14 +220,11 @@ static void after(state *s, int rc, const snapshot *before, const char *call)
         CHECK(rc < 0 && rc >= GP_ERR_CORRUPT && rc != GP_ERR_CORRUPT, detail);
         snprintf(detail, sizeof detail, "%s failed (%s) without a message", call, gp_strerror(rc));
         CHECK(gp_last_error()[0] != '\0', detail);
+        /* A call whose undo met a second fault says so. Read before take(): its calls for names that do
+         * not exist set the thread's message (this check once read that one, so it never saw the words). */
+        bool undo_failed = strstr(gp_last_error(), "undoing it failed too") != NULL;
         snapshot now = take(s);
-        /* A call whose undo met a second fault says so; what it left is checked by gp_check below.
-         * KNOWN (open, found by CI's fuzz run on 2026-12-01): a failed gp_tenant_resume can leave pages
-         * mapped (paused bytes 8 -> 6 MiB) without its undo failing — input
-         * tests/fuzz/api/crash-resume-undo-fault-left-pages-mapped; until it is fixed a failed resume
-         * is held to gp_check only. */
-        if (strstr(gp_last_error(), "undoing it failed too") == NULL && strcmp(call, "gp_tenant_resume") != 0)
-            same(before, &now, call);
+        same(before, &now, call, undo_failed);
     }
     if (gp_check(s->pool) != GP_OK)
         fail("gp_check failed", gp_last_error());
