@@ -30,7 +30,13 @@ size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *sp
         while (progress && got < want) {
             progress = false;
             for (gp_block *b = seg->first; b != NULL; b = b->next) {
-                if (b->state != GP_BLOCK_FREE || (spot != NULL && b->next == spot) || b->free_since > idle_before)
+                /* The size before the state: a block smaller than a page holds no whole page (skipped
+                 * below anyway), and a block lent to a thread cache (under 8 KiB, never its size
+                 * written) has its state written by that thread without the stream's lock
+                 * (provider/thread_cache.h; TSan, multiprocess_ledger_threads: gp_tc_pop against this
+                 * read from a tenant's trim). */
+                if (b->size < p->page || b->state != GP_BLOCK_FREE || (spot != NULL && b->next == spot) ||
+                    b->free_since > idle_before)
                     continue;
                 uintptr_t first = seg->addr + gp_div_up(b->addr - seg->addr, p->page) * p->page;
                 uintptr_t end = seg->addr + (b->addr + b->size - seg->addr) / p->page * p->page;
