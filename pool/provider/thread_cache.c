@@ -100,15 +100,9 @@ int64_t gp_thread_cache_unflushed(const gp_stream_state *st)
 
 gp_block *gp_thread_cache_take_locked(gp_pool_state *p, gp_stream_state *st, size_t size, size_t rsize)
 {
-    gp_thread_cache *c = gp_tls_thread_cache;
-    size_t g = rsize / GP_GRANULE;
-    if (c == NULL || g >= GP_TC_CLASSES)
-        return NULL;
-    gp_tc_lock(c);
-    gp_tc_entry *e = gp_tc_entry_of(c, p, st);
-    gp_block *b = e != NULL && e->free[g] != NULL ? gp_tc_pop(p, st, e, g, size) : NULL;
-    gp_tc_unlock(c);
-    return b;
+    /* The same take: holding st's lock changes nothing in it (the thread cache's lock comes after a
+     * stream lock in the lock order), only what the caller has already done on st. */
+    return gp_thread_cache_take(p, st, size, rsize);
 }
 
 /* Takes e off its stream (e->st locked, e->cache locked, e folded). */
