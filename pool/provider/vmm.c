@@ -124,8 +124,10 @@ static void undo_growth(gp_pool_state *p, gp_stream_state *st, gp_segment *seg, 
  * 3. Stitching (defrag) moves free pages elsewhere into the page pool; it leaves alone the FREE block
  *    right before the spot, so the spot and what it needs stay as they are (only pool-lock holders
  *    change UNMAPPED blocks).
- * 4. The pages are mapped. At device OOM, every free page anywhere may serve, and the rest is mapped
- *    at the spot found then (again protected), within what admission allowed.
+ * 4. The pages are mapped. At device OOM, what was mapped goes back to the page pool, every free page
+ *    anywhere may serve (making room may trim this pool and release its empty ranges, so nothing found
+ *    before it is used after it), and the growth is mapped at the spot found then (again protected),
+ *    within what admission allowed.
  * 5. A growth that still falls short gives the pages it mapped back to the page pool (undo_growth):
  *    a failed request leaves no memory behind in st's heap.
  */
@@ -190,16 +192,22 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
         return GP_OK;
     if (rc == GP_ERR_OOM || (rc == GP_ERR_MIN_GUARANTEE && p->ledger != NULL)) {
         /* The device is full: every free page anywhere may serve (other processes' cache too, when a
-         * ledger is shared), then try the rest again at the spot found then (protected), within what
-         * admission allowed. */
+         * ledger is shared), then try again at the spot found then (protected), within what admission
+         * allowed. The pages this growth mapped go back to the page pool first, and the retry maps
+         * them again: making room may trim this pool, which unmaps free pages — these among them —
+         * and releases ranges left with nothing mapped, so `grown` may be gone after it (fuzz_config
+         * found the use after free with a named ledger on sim-vmm). */
         int urc = GP_OK;
         size_t more = 0;
-        gp_pool_ledger_make_room(p, st->tenant, (pages - done) * p->page);
+        undo_growth(p, st, grown, from, done);
+        done = 0;
+        grown = NULL;
+        gp_pool_ledger_make_room(p, st->tenant, pages * p->page);
         gp_collect_all_pending(p);
         pthread_mutex_lock(&st->lock);
         spot = growth_spot(p, st, rsize, small, &more);
         pthread_mutex_unlock(&st->lock);
-        if (spot != NULL && done + more <= admitted &&
+        if (spot != NULL && more <= admitted &&
             (rc = gp_pool_ledger_charge(p, st->tenant, 0, more * p->page, false)) == GP_OK) {
             gp_vmm_unmap_free_pages(p, more, spot, UINT64_MAX, false, &urc, NULL, st->tenant);
             pthread_mutex_lock(&st->lock);
@@ -213,6 +221,7 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
                 return GP_OK;
             undo_growth(p, st, seg2, from2, again);
         }
+        return rc != GP_OK ? rc : gp_error_set(GP_ERR_OOM, "could not map %zu pages", pages);
     }
     undo_growth(p, st, grown, from, done);
     return rc != GP_OK ? rc : gp_error_set(GP_ERR_OOM, "could not map %zu pages", pages);
