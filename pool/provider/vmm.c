@@ -199,9 +199,7 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
          * found the use after free with a named ledger on sim-vmm). */
         int urc = GP_OK;
         size_t more = 0;
-        undo_growth(p, st, grown, from, done);
-        done = 0;
-        grown = NULL;
+        undo_growth(p, st, grown, from, done); /* neither is used after: this branch returns */
         gp_pool_ledger_make_room(p, st->tenant, pages * p->page);
         gp_collect_all_pending(p);
         pthread_mutex_lock(&st->lock);
