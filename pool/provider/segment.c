@@ -189,13 +189,9 @@ static size_t release_own_unfit(gp_pool_state *p, gp_stream_state *st, bool smal
         next = seg->next;
         if (seg->owner != st || seg->small != small || seg->pages != NULL)
             continue;
-        pthread_mutex_lock(&st->lock);
-        if (gp_segment_wholly_free(seg)) {
-            size_t size = seg->size;
-            if (release_segment_locked(p, seg) == GP_OK) /* a failure keeps it cached: nothing lost */
-                released += size;
-        }
-        pthread_mutex_unlock(&st->lock);
+        size_t size = seg->size;
+        if (release_segment(p, seg) == GP_OK) /* not wholly free, or a failure: it stays cached */
+            released += size;
     }
     return released;
 }
