@@ -354,7 +354,7 @@ static int alloc_vmm(gp_pool_state *p, gp_stream_state *st, size_t size, size_t 
         b = gp_provider_take(p, st, seg, small, rsize, size);
     if (b == NULL && p->cfg.borrow)
         b = borrow(p, st, rsize, size, small);
-    if (b == NULL && alias && stitching_pays(p, st, rsize))
+    if (b == NULL && alias && !gp_capture_underway() && stitching_pays(p, st, rsize)) /* it may unmap */
         b = gp_alias_stitch(p, st, rsize, size);
     int rc = GP_OK;
     for (int attempt = 0; b == NULL && attempt < 3; attempt++) {
