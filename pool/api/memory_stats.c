@@ -35,10 +35,11 @@ static void walk_segment(gp_pool_state *p, const gp_segment *seg, gp_kind_stats 
             free_bytes += b->size;
             break;
         case GP_BLOCK_UNMAPPED:
+        case GP_BLOCK_SHADOW: /* its memory is counted where it is in use (provider/alias.h) */
             break;
         }
         /* segments as the snapshot writes them: a device allocation, or a run of mapped blocks */
-        bool mapped = b->state != GP_BLOCK_UNMAPPED;
+        bool mapped = !gp_block_unbacked(b);
         if (mapped && !in_run)
             k->segments++;
         in_run = mapped;

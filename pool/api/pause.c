@@ -41,6 +41,7 @@
 
 #include "api/api.h"
 #include "base/error.h"
+#include "provider/alias.h"
 #include "provider/pages.h"
 #include "provider/pending.h"
 #include "provider/pool_ledger.h"
@@ -94,6 +95,7 @@ GP_API int gp_tenant_pause(gp_pool *pool, const char *name, unsigned flags)
     int trimmed; /* its cache goes back first, so that resume maps only what live blocks need */
     p->provider->release_tenant(p, t, SIZE_MAX, &trimmed);
     gp_lock_all_streams(p);
+    rc = gp_alias_dissolve(p, t); /* one address per page, so that a page is unmapped once */
     size_t capacity = 0;
     for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next)
         if (tenant_range(seg, t))

@@ -186,12 +186,12 @@ static void segments_of(gp_pickle *pk, gp_pool_state *p)
         }
         const gp_block *b = seg->first;
         while (b != NULL) {
-            while (b != NULL && b->state == GP_BLOCK_UNMAPPED)
+            while (b != NULL && gp_block_unbacked(b))
                 b = b->next;
             if (b == NULL)
                 break;
             const gp_block *end = b;
-            while (end != NULL && end->state != GP_BLOCK_UNMAPPED)
+            while (end != NULL && !gp_block_unbacked(end))
                 end = end->next;
             segment(pk, p, seg, b, end);
             b = end;

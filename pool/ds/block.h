@@ -9,10 +9,12 @@
  * its heap's quick list for the next request of its exact size), LENT (freed, small, in one thread's
  * cache for its stream; never seen by a whole-pool walk, which takes it back first), PENDING (freed, but waiting for
  * events on other streams before it may return to the free lists) or, in a virtual range only,
- * UNMAPPED (whole pages with no physical memory behind them; on no list). Two FREE neighbours never
+ * UNMAPPED (whole pages with no physical memory behind them; on no list) or SHADOW (whole pages whose
+ * physical memory is mapped here AND at a second address, where it is in use now: provider/alias.h;
+ * on no list). Two FREE neighbours never
  * stand side by side: freeing coalesces them; neither do two UNMAPPED ones. In a virtual range,
  *     pages[i] is the physical handle mapped at addr + i * page, for every page outside UNMAPPED blocks,
- *     mapped_bytes == size - sum of the UNMAPPED blocks' sizes. All blocks of a segment belong to the heap of one stream
+ *     mapped_bytes == size - sum of the UNMAPPED and SHADOW blocks' sizes. All blocks of a segment belong to the heap of one stream
  * (segment->owner) and change only under that stream's lock; a segment changes owner only when it is
  * wholly free, under the pool lock and both streams' locks.
  * Block metadata lives in host memory, out of band: the pool never touches device memory.
@@ -35,7 +37,8 @@ typedef enum gp_block_state {
     GP_BLOCK_PENDING = 2,
     GP_BLOCK_UNMAPPED = 3,
     GP_BLOCK_QUICK = 4, /* free, but on its heap's quick list: not coalesced yet (heap.h) */
-    GP_BLOCK_LENT = 5   /* free, lent to a thread cache for its next allocation (provider/thread_cache.h) */
+    GP_BLOCK_LENT = 5,  /* free, lent to a thread cache for its next allocation (provider/thread_cache.h) */
+    GP_BLOCK_SHADOW = 6 /* virtual range: whole pages mapped, whose memory is in use at another address */
 } gp_block_state;
 
 #define GP_BLOCK_INLINE_USES 2
@@ -67,6 +70,16 @@ typedef struct gp_segment {
     size_t mapped_bytes; /* virtual range: bytes with physical memory behind them; size otherwise */
     bool paused;         /* virtual range of a paused tenant: nothing mapped, blocks kept (pause.c) */
     uint64_t serial;    /* creation order, for oldest-first release */
+    /* Aliasing (provider/alias.h). A stitched range maps pages of other ranges of its owner a second
+     * time: homes[i] is the range and page index of page i's first mapping, or {NULL} for a page it owns
+     * (after the first was unmapped). A range whose pages are mapped elsewhere too counts, per page, the
+     * stitched ranges that do (alias_count, allocated on first use) and in all (aliased).
+     * shadow_pages: its pages in SHADOW blocks (mapped, memory counted where it is in use). */
+    bool stitched;
+    struct gp_alias_home *homes;
+    uint16_t *alias_count;
+    size_t aliased, shadow_pages;
+    uint64_t last_used; /* stitched range: the pool's stitch clock when its block was last handed out */
     gp_block *first;
     struct gp_stream_state *owner;
     struct gp_segment *prev, *next; /* the pool's list of all segments, oldest first */
@@ -111,6 +124,19 @@ typedef struct gp_segment_tally {
  * blocks stand side by side, and each LIVE block is in its stream's map; adds its blocks to *tally.
  * false with the broken invariant described in why[len]. */
 bool gp_segment_check(const gp_segment *seg, gp_segment_tally *tally, char *why, size_t len);
+
+/* A page of a stitched range: where its physical memory was mapped first (provider/alias.h). */
+typedef struct gp_alias_home {
+    struct gp_segment *seg; /* NULL: the page is the stitched range's own */
+    size_t index;
+} gp_alias_home;
+
+/* True for a block with no memory of its own behind it: UNMAPPED, or SHADOW (its memory is counted at
+ * the address where it is in use). */
+static inline bool gp_block_unbacked(const gp_block *b)
+{
+    return b->state == GP_BLOCK_UNMAPPED || b->state == GP_BLOCK_SHADOW;
+}
 
 /* True when no block of the segment is in use: every block FREE or, in a virtual range, UNMAPPED (so
  * that the whole range, with its mapped pages, may change owner: provider/vmm.c). */

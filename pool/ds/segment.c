@@ -33,6 +33,8 @@ void gp_segment_discard(gp_segment *seg)
 void gp_segment_free(gp_segment *seg)
 {
     free(seg->pages);
+    free(seg->homes);
+    free(seg->alias_count);
     for (gp_block *b = seg->first; b != NULL;) {
         gp_block *bn = b->next;
         free(b->uses);

@@ -82,9 +82,7 @@ int gp_page_release(gp_pool_state *p, gp_phys handle)
 
 /* ---- block surgery (owner locked) ------------------------------------------------------------- */
 
-/* Splits b at `offset` into b and a new block `right` (given, so that this cannot fail) of the same
- * state, linked after it. Neither is put on a list. */
-static gp_block *split_at(gp_block *b, size_t offset, gp_block *right)
+gp_block *gp_pages_split(gp_block *b, size_t offset, gp_block *right)
 {
     assert(offset > 0 && offset < b->size);
     right->addr = b->addr + offset;
@@ -101,11 +99,10 @@ static gp_block *split_at(gp_block *b, size_t offset, gp_block *right)
     return right;
 }
 
-/* Merges the UNMAPPED block b with UNMAPPED neighbours; returns the result. */
-static gp_block *merge_unmapped(gp_block_cache *cache, gp_block *b)
+gp_block *gp_pages_merge(gp_block_cache *cache, gp_block *b)
 {
-    assert(b->state == GP_BLOCK_UNMAPPED);
-    if (b->next != NULL && b->next->state == GP_BLOCK_UNMAPPED) {
+    assert(b->state == GP_BLOCK_UNMAPPED || b->state == GP_BLOCK_SHADOW);
+    if (b->next != NULL && b->next->state == b->state) {
         gp_block *right = b->next;
         b->size += right->size;
         b->next = right->next;
@@ -113,7 +110,7 @@ static gp_block *merge_unmapped(gp_block_cache *cache, gp_block *b)
             right->next->prev = b;
         gp_block_recycle(cache, right);
     }
-    if (b->prev != NULL && b->prev->state == GP_BLOCK_UNMAPPED) {
+    if (b->prev != NULL && b->prev->state == b->state) {
         gp_block *left = b->prev;
         left->size += b->size;
         left->next = b->next;
@@ -128,10 +125,7 @@ static gp_block *merge_unmapped(gp_block_cache *cache, gp_block *b)
 /* Pages mapped with one access call at most (a bound for the stack array; 512 MiB of 2 MiB pages). */
 #define GP_MAP_RUN_PAGES 256
 
-/* Maps handles[0..n) at va, va + page, ...: with the backend's map_run (one access call for the run,
- * all or nothing) or, without it, page by page (stopping at the first failure). *mapped receives the
- * pages mapped, which are always the first ones. */
-static int map_run(gp_pool_state *p, uintptr_t va, const gp_phys *handles, size_t n, size_t *mapped)
+int gp_pages_map_run(gp_pool_state *p, uintptr_t va, const gp_phys *handles, size_t n, size_t *mapped)
 {
     *mapped = 0;
     if (p->ops->map_run != NULL) {
@@ -184,7 +178,7 @@ size_t gp_pages_map_front(gp_pool_state *p, gp_stream_state *st, gp_segment *seg
                 break;
         uintptr_t va = u->addr + done * p->page;
         size_t mapped = 0;
-        int mrc = got > 0 ? map_run(p, va, handles, got, &mapped) : GP_OK;
+        int mrc = got > 0 ? gp_pages_map_run(p, va, handles, got, &mapped) : GP_OK;
         for (size_t i = mapped; i < got; i++)
             gp_page_put(p, handles[i]); /* not mapped: back to the page pool, nothing lost */
         for (size_t i = 0; i < mapped; i++) {
@@ -204,7 +198,7 @@ size_t gp_pages_map_front(gp_pool_state *p, gp_stream_state *st, gp_segment *seg
         return 0;
     }
     if (done * p->page < u->size)
-        split_at(u, done * p->page, rest != NULL ? rest : gp_block_new(&st->blocks));
+        gp_pages_split(u, done * p->page, rest != NULL ? rest : gp_block_new(&st->blocks));
     else if (rest != NULL)
         gp_block_recycle(&st->blocks, rest);
     seg->mapped_bytes += done * p->page;
@@ -255,10 +249,10 @@ size_t gp_pages_unmap(gp_pool_state *p, gp_stream_state *owner, gp_segment *seg,
     int used = 0;
     if (first > b->addr) {
         left = b;
-        mid = split_at(b, first - b->addr, spare[used++]);
+        mid = gp_pages_split(b, first - b->addr, spare[used++]);
     }
     if (mid->size > done * p->page)
-        right = split_at(mid, done * p->page, spare[used++]);
+        right = gp_pages_split(mid, done * p->page, spare[used++]);
     for (int i = used; i < 2; i++)
         gp_block_recycle(&owner->blocks, spare[i]);
     mid->state = GP_BLOCK_UNMAPPED;
@@ -268,7 +262,7 @@ size_t gp_pages_unmap(gp_pool_state *p, gp_stream_state *owner, gp_segment *seg,
         gp_heap_insert(heap, right);
     if (mid->prev == NULL)
         seg->first = mid;
-    mid = merge_unmapped(&owner->blocks, mid);
+    mid = gp_pages_merge(&owner->blocks, mid);
     if (mid->prev == NULL)
         seg->first = mid;
     seg->mapped_bytes -= done * p->page;

@@ -29,10 +29,21 @@ int gp_page_get(gp_pool_state *p, gp_tenant *t, gp_phys *out);
 void gp_page_put(gp_pool_state *p, gp_phys handle);
 /* Gives a page back to the device; one the device refuses stays in the page pool (nothing lost). */
 int gp_page_release(gp_pool_state *p, gp_phys handle);
+/* Maps handles[0..n) at va, va + page, ...: with the backend's map_run (one access call for the run,
+ * all or nothing) or, without it, page by page (stopping at the first failure). *mapped receives the
+ * pages mapped, which are always the first ones. Counts nothing: the caller accounts for the pages. */
+int gp_pages_map_run(gp_pool_state *p, uintptr_t va, const gp_phys *handles, size_t n, size_t *mapped);
 /* Unmaps the n mappings of one page each from va: with the backend's unmap_run (one device synchronize
  * for all) or page by page. *done receives the pages unmapped, always the first ones; a failure stops
  * there (the rest stay mapped). Counts nothing: the caller accounts for the pages. */
 int gp_pages_unmap_run(gp_pool_state *p, uintptr_t va, size_t n, size_t *done);
+
+/* Splits b at `offset` into b and a new block `right` (given, so that this cannot fail) of the same
+ * state, linked after it; returns right. Neither is put on a list. */
+gp_block *gp_pages_split(gp_block *b, size_t offset, gp_block *right);
+/* Merges the UNMAPPED (or SHADOW) block b with neighbours of the same state, recycling their structs;
+ * returns the result. The caller fixes seg->first when the result has no prev. */
+gp_block *gp_pages_merge(gp_block_cache *cache, gp_block *b);
 
 /*
  * Maps up to n pages at the front of the UNMAPPED block u of seg (owner st locked) and turns them into

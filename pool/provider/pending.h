@@ -7,6 +7,7 @@
 
 #include <assert.h>
 
+#include "provider/alias.h"
 #include "provider/pool_state.h"
 #include "provider/thread_cache.h"
 
@@ -34,6 +35,8 @@ static inline void gp_block_to_heap(gp_pool_state *p, gp_stream_state *owner, gp
     gp_heap *heap = gp_heap_of(owner, b->segment->small);
     owner->fence_dirty = true;
     b->free_since = now;
+    if (b->segment->stitched && gp_alias_release(p, owner, b)) /* its homes are free again (alias.h) */
+        return;
     if (owner->lenders != NULL && b->size < GP_QUICK_CLASSES * GP_GRANULE)
         gp_thread_cache_return(p, owner);
     if (gp_heap_quick_put(heap, b))

@@ -76,6 +76,7 @@ typedef struct gp_pool_state {
     uint64_t *pooled_since;
     size_t pooled_count, pooled_capacity;
     atomic_uint_fast64_t num_maps, num_unmaps, num_stitches, idle_released_bytes;
+    uint64_t alias_clock; /* hand-outs of stitched ranges so far (provider/alias.c; pool lock) */
     atomic_uint_fast64_t coarse_now;     /* the clock (ns) as of the last slow path or maintenance */
     atomic_uint_fast64_t frees_since_maintain;
     bool maintains;                      /* release_threshold or idle_release is set */

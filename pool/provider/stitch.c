@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "policy/cache_cap.h"
+#include "provider/alias.h"
 #include "provider/capture_window.h"
 #include "provider/pages.h"
 #include "provider/pending.h"
@@ -20,6 +21,9 @@ size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *sp
     size_t got = 0;
     if (gp_capture_underway()) /* unmapping synchronises the device: never while a graph is captured */
         return 0;
+    /* Pages with no second address first: unmapping a home's alias slots undoes a stitched layout
+     * that a later step would map again (alias.h); only when those do not suffice, the others. */
+    for (int shared = 0; shared < 2 && got < want; shared++)
     for (gp_segment *seg = p->segments_head; seg != NULL && got < want; seg = seg->next) {
         gp_stream_state *owner = seg->owner;
         if (seg->pages == NULL || seg->paused || (only != NULL && owner->tenant != only))
@@ -49,7 +53,19 @@ size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *sp
                     n--;
                 if (n == 0)
                     continue;
+                /* Pages with a second address: a stitched range's are released at their home; a home's
+                 * alias slots (idle, as the page is free here) are unmapped first (alias.h). */
+                bool home = !seg->stitched && seg->aliased != 0;
+                if (seg->stitched && gp_alias_has_homes(p, seg, first, n))
+                    continue;
+                if (home && !shared && (n = gp_alias_unshared_run(p, seg, &first, n)) == 0)
+                    continue;
                 int one = GP_OK;
+                if (home && (n = gp_alias_unshare(p, seg, first, n, &one)) == 0) {
+                    if (*rc == GP_OK)
+                        *rc = one;
+                    continue;
+                }
                 size_t done = gp_pages_unmap(p, owner, seg, b, first, n, release, &one);
                 got += done;
                 if (one != GP_OK && *rc == GP_OK)

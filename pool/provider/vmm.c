@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "provider/alias.h"
 #include "provider/capture_window.h"
 #include "provider/pending.h"
 #include "provider/thread_cache.h"
@@ -73,7 +74,8 @@ static gp_block *growth_spot(gp_pool_state *p, gp_stream_state *st, size_t rsize
     gp_block *spot = NULL;
     *pages = SIZE_MAX;
     for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
-        if (seg->owner != st || seg->small != small || seg->pages == NULL || seg->mapped_bytes == seg->size)
+        if (seg->owner != st || seg->small != small || seg->pages == NULL || seg->stitched ||
+            seg->mapped_bytes == seg->size)
             continue;
         for (gp_block *b = seg->first; b != NULL; b = b->next) {
             if (b->state != GP_BLOCK_UNMAPPED)
@@ -236,8 +238,9 @@ static gp_segment *steal_range(gp_pool_state *p, gp_stream_state *st, size_t siz
 {
     gp_segment *best = NULL;
     for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
-        if (seg->owner == st || seg->small != small || seg->paused || seg->pages == NULL ||
-            seg->mapped_bytes < size || seg->owner->tenant != st->tenant)
+        /* Ranges with aliases stay with their owner (alias.h: homes and aliases share one stream). */
+        if (seg->stitched || seg->aliased != 0 || seg->owner == st || seg->small != small || seg->paused ||
+            seg->pages == NULL || seg->mapped_bytes < size || seg->owner->tenant != st->tenant)
             continue;
         if (best != NULL && seg->mapped_bytes >= best->mapped_bytes)
             continue;
@@ -316,18 +319,43 @@ static gp_block *borrow(gp_pool_state *p, gp_stream_state *st, size_t rsize, siz
     return b;
 }
 
-/* The allocation slow path on a virtual memory backend, in this order: st's own heap; another stream's
- * unused range (it changes owner with its pages); borrowing another stream's idle free block (both
- * without a device or map call); growth in place from pooled, new or stitched pages. A fast path on st
+/*
+ * Whether a new stitched range should serve a request of rsize on st rather than growth in place: a
+ * stitched block takes whole free pages (all of the request's pages, the tail of its last one lost
+ * while it lives) out of what the requests after it can use, while growth that extends the FREE
+ * block at the end of a range adds only the pages that block lacks and wastes nothing. Where that
+ * block already holds part of the request, growth needs fewer pages than the stitched block would
+ * take, so it leaves more free memory for the rest of the step; stitching pays where growth would
+ * need every page of the request anew. A comparison of two page counts from the layout, no constant.
+ */
+static bool stitching_pays(gp_pool_state *p, gp_stream_state *st, size_t rsize)
+{
+    size_t need = 0;
+    pthread_mutex_lock(&st->lock);
+    const gp_block *spot = growth_spot(p, st, rsize, false, &need);
+    pthread_mutex_unlock(&st->lock);
+    return spot == NULL || need >= gp_div_up(rsize, p->page);
+}
+
+/* The allocation slow path on a virtual memory backend, in this order: st's own heap; a stitched
+ * range of st whose homes are free (alias.h); another stream's unused range (it changes owner with its
+ * pages); borrowing another stream's idle free block (all three without a device or map call); a new
+ * stitched range of st's own free pages (map calls, no new memory); growth in place from pooled, new
+ * or moved pages. A fast path on st
  * may take the new memory between growth and adoption, so growth is retried. */
 static int alloc_vmm(gp_pool_state *p, gp_stream_state *st, size_t size, size_t rsize, bool small, void **out)
 {
+    bool alias = p->cfg.defrag && p->cfg.alias && !small;
     gp_block *b = gp_provider_take(p, st, NULL, small, rsize, size);
     gp_segment *seg;
+    if (b == NULL && alias)
+        b = gp_alias_take(p, st, rsize, size);
     if (b == NULL && (seg = steal_range(p, st, rsize, small)) != NULL)
         b = gp_provider_take(p, st, seg, small, rsize, size);
     if (b == NULL && p->cfg.borrow)
         b = borrow(p, st, rsize, size, small);
+    if (b == NULL && alias && !gp_capture_underway() && stitching_pays(p, st, rsize)) /* it may unmap */
+        b = gp_alias_stitch(p, st, rsize, size);
     int rc = GP_OK;
     for (int attempt = 0; b == NULL && attempt < 3; attempt++) {
         rc = grow(p, st, rsize, small);
@@ -356,7 +384,7 @@ static void release_empty_ranges(gp_pool_state *p)
 {
     for (gp_segment *seg = p->segments_head, *next; seg != NULL; seg = next) {
         next = seg->next;
-        if (seg->pages == NULL || seg->mapped_bytes != 0 || seg->paused)
+        if (seg->pages == NULL || seg->mapped_bytes != 0 || seg->paused || seg->aliased != 0)
             continue;
         if (p->ops->va_release(p->ctx, seg->addr, seg->size) != GP_OK)
             continue; /* keep it; a later pass tries again */
@@ -364,6 +392,8 @@ static void release_empty_ranges(gp_pool_state *p)
         assert(seg->first->state == GP_BLOCK_UNMAPPED && seg->first->next == NULL);
         free(seg->first);
         free(seg->pages);
+        free(seg->homes);
+        free(seg->alias_count);
         free(seg);
     }
 }
@@ -419,8 +449,13 @@ static size_t release_tenant(gp_pool_state *p, gp_tenant *t, size_t want, int *f
 static size_t destroy(gp_pool_state *p, int *failed)
 {
     size_t lost = 0;
+    /* One address per page where it can; an alias it could not undo is unmapped below all the same
+     * (and its handle released at home), so its failure loses nothing and is not reported. */
+    (void)gp_alias_dissolve(p, NULL);
+    /* Stitched ranges first (their pages' homes release the handles), then the ordinary ones. */
+    for (int stitched = 1; stitched >= 0; stitched--)
     for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
-        if (seg->pages == NULL)
+        if (seg->pages == NULL || seg->stitched != (bool)stitched)
             continue;
         bool clean = true;
         if (seg->paused && seg->mapped_bytes == 0) { /* nothing mapped: only the address range is left */
@@ -449,7 +484,10 @@ static size_t destroy(gp_pool_state *p, int *failed)
                 size_t done = 0;
                 int rc = gp_pages_unmap_run(p, run, n, &done);
                 for (size_t i = 0; i < done; i++) {
-                    int rrc = p->ops->phys_release(p->ctx, seg->pages[gp_page_index(p, seg, run) + i]);
+                    size_t at = gp_page_index(p, seg, run) + i;
+                    if (seg->stitched && seg->homes[at].seg != NULL)
+                        continue; /* an alias: its home releases the handle */
+                    int rrc = p->ops->phys_release(p->ctx, seg->pages[at]);
                     if (rrc != GP_OK) {
                         lost += p->page;
                         clean = false;
@@ -485,6 +523,9 @@ static size_t destroy(gp_pool_state *p, int *failed)
 
 static const char *check_segment(gp_pool_state *p, gp_segment *seg)
 {
+    const char *alias = gp_alias_check(p, seg);
+    if (alias != NULL)
+        return alias;
     if (seg->paused) { /* mapped: the pages outside UNMAPPED blocks that have a handle again */
         size_t mapped = 0;
         const gp_block *b = seg->first;
@@ -506,7 +547,7 @@ static const char *check_segment(gp_pool_state *p, gp_segment *seg)
             return "two unmapped blocks stand side by side";
         unmapped += b->size;
     }
-    if (seg->mapped_bytes != seg->size - unmapped)
+    if (!seg->stitched && seg->mapped_bytes != seg->size - unmapped) /* stitched: gp_alias_check */
         return "mapped_bytes disagrees with the unmapped blocks";
     return NULL;
 }
@@ -523,12 +564,13 @@ const gp_provider gp_provider_vmm = {
 
 /* ---- pausing a range (api/pause.c) ------------------------------------------------------------- */
 
-/* True for a page of seg that lies in no UNMAPPED block (it had memory when the range was paused). */
+/* True for a page of seg that lies in no UNMAPPED block (it had memory when the range was paused).
+ * A paused range has no SHADOW block: pausing dissolves aliases first (gp_alias_dissolve). */
 static bool page_in_use(const gp_segment *seg, uintptr_t va)
 {
     for (const gp_block *b = seg->first; b != NULL; b = b->next)
         if (va >= b->addr && va < b->addr + b->size)
-            return b->state != GP_BLOCK_UNMAPPED;
+            return !gp_block_unbacked(b);
     return false;
 }
 

@@ -1,0 +1,96 @@
+/*
+ * alias.h — stitching by aliasing (defrag:on, virtual memory backends): free pages of a stream's
+ * ranges mapped a second time, at a contiguous "stitched range", for a request that no free block of
+ * the stream fits (the stitched blocks of GMLake, ASPLOS 2024).
+ *
+ * Why. A step of a training or serving loop frees memory in one shape (activations, temporaries of
+ * the forward pass) and asks for it in another (gradients, a larger batch's buffers). Best fit over
+ * fixed addresses leaves the free memory in holes that the new shape does not fit, so the pool
+ * grows, even though enough whole free pages sit in its ranges. Moving those pages (unmap, map
+ * elsewhere: provider/stitch.c) serves the request, but the next step needs them back where they
+ * were, so the pages move twice every step: map calls forever. Mapping them a second time instead
+ * serves both shapes with the same physical pages and no call after the first: the stitched range
+ * keeps its mapping, and the pages keep their first one (their home).
+ *
+ * How. A page has one home slot (in an ordinary range) and any number of alias slots (in stitched
+ * ranges of the same owner stream); at most one slot is in use. While a stitched block is handed out,
+ * its pages' homes are SHADOW blocks (ds/block.h): mapped, on no free list, so that nobody can
+ * allocate them. When it is freed, the roles swap back without a device call: the stitched block
+ * becomes SHADOW and the homes FREE again, coalescing with their neighbours (gp_alias_release). A
+ * later request that misses the heap first looks for a stitched range whose pages' homes are all free
+ * (gp_alias_take): in a loop that repeats its step, the step before left the heap as it found it, so
+ * the same homes are free at the same point, and the request is served with no device or map call.
+ * Only when none fits does it stitch a new one (gp_alias_stitch: map calls, no new memory), before
+ * any growth. Memory is counted once, at home: aliasing never raises reserved bytes.
+ *
+ * Stream order. Homes and aliases belong to one stream's heap, so a page used at either address is
+ * used in that stream's order, as any reuse on the stream is (api/free.c); nothing crosses streams.
+ *
+ * Bounds. The alias slots of a stream never exceed the pages of its ordinary ranges: aliases cost no
+ * device memory, but each is a device page-table entry and host metadata, and so they stay in
+ * proportion to what the pool holds; past the bound the stitched range used least recently is
+ * unmapped (gp_alias_stitch).
+ *
+ * Giving memory back, pausing, destroying. A home page is unmapped only once it has no alias slot:
+ * gp_alias_unshare unmaps the (idle) alias slots of free home pages first (provider/stitch.c). A
+ * pause dissolves the tenant's aliases (gp_alias_dissolve): idle alias slots are unmapped, and a page
+ * in use at an alias becomes the stitched range's own (its SHADOW home is unmapped), so that every
+ * page has one address and pausing works as for any range.
+ *
+ * Invariants (gp_alias_check, from gp_check):
+ *   - seg->homes[i] of a stitched range names a page of an ordinary range of the same owner that is
+ *     not UNMAPPED, or NULL for a page the stitched range owns; a SHADOW page of a stitched range has
+ *     a home; an aliased page is never UNMAPPED;
+ *   - a page is in use at most at one address: an aliased page of a stitched range that is not SHADOW
+ *     has a SHADOW home; a SHADOW block of an ordinary range is one page with alias_count > 0;
+ *   - alias_count[i] of an ordinary range counts the stitched pages naming page i; its `aliased` is
+ *     their sum; a stitched range's `aliased` counts its pages with a home;
+ *   - mapped_bytes counts a page at its home only (a stitched range: the pages it owns).
+ *
+ * Locks: the pool lock for everything but gp_alias_release (the free path: the owner's lock only,
+ * which guards every block of the owner's ranges, homes and stitched alike).
+ */
+#ifndef GP_ALIAS_H
+#define GP_ALIAS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "provider/pool_state.h"
+
+/* A stitched range of st whose pages' homes are all free, handed out for a request of `size`
+ * (rounded `rsize`, large kind); NULL when none fits. No device call. Pool lock held, st not locked. */
+gp_block *gp_alias_take(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t size);
+
+/* A new stitched range of st's whole free pages, handed out for the request; NULL when st's heap
+ * holds too few whole free pages, or a map or host allocation fails (nothing lost: the pages mapped
+ * so far stay an idle stitched range). Pool lock held, st not locked. */
+gp_block *gp_alias_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t size);
+
+/* The free of b, a block of a stitched range (owner locked): when b is whole pages that all have a
+ * home, b becomes SHADOW and the homes FREE; returns false (nothing done) otherwise, and the caller
+ * puts b in the heap as any block. */
+bool gp_alias_release(gp_pool_state *p, gp_stream_state *owner, gp_block *b);
+
+/* Unmaps the alias slots of the pages [first, first + n * page) of the ordinary range seg, which lie
+ * in FREE blocks (so every alias slot is SHADOW); owner locked, pool lock held. Returns how many pages
+ * from `first` have no alias slot left (n, unless an unmap failed: *rc). */
+size_t gp_alias_unshare(gp_pool_state *p, gp_segment *seg, uintptr_t first, size_t n, int *rc);
+
+/* The first run of pages without alias slots among the n pages of the ordinary range seg from
+ * *first: moves *first to its start and returns its length (0: every page has an alias slot). */
+size_t gp_alias_unshared_run(const gp_pool_state *p, const gp_segment *seg, uintptr_t *first, size_t n);
+
+/* True when one of the pages [first, first + n * page) of the stitched range seg has a home. */
+bool gp_alias_has_homes(const gp_pool_state *p, const gp_segment *seg, uintptr_t first, size_t n);
+
+/* Gives every page of tenant `only`'s ranges (every tenant's: NULL) one address: idle alias slots are
+ * unmapped, and pages in use at an alias become the stitched range's own (their homes unmapped).
+ * Pool lock and every stream lock held. GP_OK, or the first failure (the rest is left as it was). */
+int gp_alias_dissolve(gp_pool_state *p, const gp_tenant *only);
+
+/* The aliasing invariants above for seg; NULL, or what is broken. Every lock held. */
+const char *gp_alias_check(const gp_pool_state *p, const gp_segment *seg);
+
+#endif /* GP_ALIAS_H */
