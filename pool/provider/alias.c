@@ -63,14 +63,7 @@ static void shadow_home(gp_pool_state *p, gp_stream_state *owner, gp_segment *se
     assert(b->state == GP_BLOCK_FREE && b->addr <= va && va + p->page <= b->addr + b->size);
     gp_heap *heap = gp_heap_of(owner, false);
     gp_heap_remove(heap, b);
-    gp_block *mid = b;
-    if (va > b->addr) {
-        mid = gp_pages_split(b, va - b->addr, spare[--*nspare]);
-        gp_heap_insert(heap, b);
-    }
-    if (mid->size > p->page)
-        gp_heap_insert(heap, gp_pages_split(mid, p->page, spare[--*nspare]));
-    mid->state = GP_BLOCK_SHADOW;
+    gp_pages_carve(heap, b, va, p->page, spare, nspare)->state = GP_BLOCK_SHADOW;
 }
 
 /* The SHADOW home page at va becomes FREE again, coalesced with its free neighbours. */
@@ -135,9 +128,7 @@ bool gp_alias_release(gp_pool_state *p, gp_stream_state *owner, gp_block *b)
     b->state = GP_BLOCK_SHADOW;
     b->requested = 0;
     gp_block_drop_uses(b);
-    gp_block *merged = gp_pages_merge(&owner->blocks, b);
-    if (merged->prev == NULL)
-        r->first = merged;
+    gp_pages_merge(&owner->blocks, b);
     return true;
 }
 
@@ -173,24 +164,17 @@ static int drop_slots(gp_pool_state *p, gp_segment *r, size_t i, size_t n)
     gp_block *b = block_at(r, va);
     assert(b->state == GP_BLOCK_SHADOW && va + n * p->page <= b->addr + b->size);
     gp_block *spare[2] = {gp_block_new(&owner->blocks), gp_block_new(&owner->blocks)};
+    size_t left = 2, done = 0;
     int rc = GP_OK;
-    size_t done = 0;
     if (spare[0] == NULL || spare[1] == NULL)
         rc = gp_error_set(GP_ERR_OOM, "out of host memory for block metadata");
     else
         rc = gp_pages_unmap_run(p, va, n, &done); /* after one device synchronize */
     atomic_fetch_add(&p->num_unmaps, done);
     if (done > 0) {
-        gp_block *mid = b;
-        int used = 0;
-        if (va > b->addr)
-            mid = gp_pages_split(b, va - b->addr, spare[used++]);
-        if (mid->size > done * p->page)
-            gp_pages_split(mid, done * p->page, spare[used++]);
+        gp_block *mid = gp_pages_carve(NULL, b, va, done * p->page, spare, &left);
         mid->state = GP_BLOCK_UNMAPPED;
-        mid = gp_pages_merge(&owner->blocks, mid);
-        if (mid->prev == NULL)
-            r->first = mid;
+        gp_pages_merge(&owner->blocks, mid);
         for (size_t j = i; j < i + done; j++) {
             gp_alias_home *h = &r->homes[j];
             h->seg->alias_count[h->index]--;
@@ -199,12 +183,10 @@ static int drop_slots(gp_pool_state *p, gp_segment *r, size_t i, size_t n)
             r->pages[j] = GP_PHYS_NONE;
             h->seg = NULL;
         }
-        spare[0] = used > 0 ? NULL : spare[0];
-        spare[1] = used > 1 ? NULL : spare[1];
     }
-    for (int k = 0; k < 2; k++)
-        if (spare[k] != NULL)
-            gp_block_recycle(&owner->blocks, spare[k]);
+    while (left > 0)
+        if (spare[--left] != NULL)
+            gp_block_recycle(&owner->blocks, spare[left]);
     return rc;
 }
 
@@ -466,9 +448,7 @@ static int own_page(gp_pool_state *p, gp_segment *r, size_t j)
     if (done == 0)
         return rc;
     b->state = GP_BLOCK_UNMAPPED;
-    b = gp_pages_merge(&owner->blocks, b);
-    if (b->prev == NULL)
-        h->seg->first = b;
+    gp_pages_merge(&owner->blocks, b);
     h->seg->pages[h->index] = GP_PHYS_NONE;
     h->seg->mapped_bytes -= p->page; /* the page is counted where it is now (same tenant: held unchanged) */
     r->mapped_bytes += p->page;

@@ -119,7 +119,26 @@ gp_block *gp_pages_merge(gp_block_cache *cache, gp_block *b)
         gp_block_recycle(cache, b);
         b = left;
     }
+    if (b->prev == NULL)
+        b->segment->first = b;
     return b;
+}
+
+gp_block *gp_pages_carve(gp_heap *heap, gp_block *b, uintptr_t from, size_t bytes, gp_block **spare, size_t *nspare)
+{
+    assert(from >= b->addr && from + bytes <= b->addr + b->size);
+    gp_block *mid = b;
+    if (from > b->addr) {
+        mid = gp_pages_split(b, from - b->addr, spare[--*nspare]);
+        if (heap != NULL)
+            gp_heap_insert(heap, b);
+    }
+    if (mid->size > bytes) {
+        gp_block *right = gp_pages_split(mid, bytes, spare[--*nspare]);
+        if (heap != NULL)
+            gp_heap_insert(heap, right);
+    }
+    return mid;
 }
 
 /* Pages mapped with one access call at most (a bound for the stack array; 512 MiB of 2 MiB pages). */
@@ -245,26 +264,12 @@ size_t gp_pages_unmap(gp_pool_state *p, gp_stream_state *owner, gp_segment *seg,
         gp_block_recycle(&owner->blocks, spare[1]);
         return 0;
     }
-    gp_block *mid = b, *left = NULL, *right = NULL;
-    int used = 0;
-    if (first > b->addr) {
-        left = b;
-        mid = gp_pages_split(b, first - b->addr, spare[used++]);
-    }
-    if (mid->size > done * p->page)
-        right = gp_pages_split(mid, done * p->page, spare[used++]);
-    for (int i = used; i < 2; i++)
-        gp_block_recycle(&owner->blocks, spare[i]);
+    size_t left = 2;
+    gp_block *mid = gp_pages_carve(heap, b, first, done * p->page, spare, &left);
+    while (left > 0)
+        gp_block_recycle(&owner->blocks, spare[--left]);
     mid->state = GP_BLOCK_UNMAPPED;
-    if (left != NULL)
-        gp_heap_insert(heap, left);
-    if (right != NULL)
-        gp_heap_insert(heap, right);
-    if (mid->prev == NULL)
-        seg->first = mid;
-    mid = gp_pages_merge(&owner->blocks, mid);
-    if (mid->prev == NULL)
-        seg->first = mid;
+    gp_pages_merge(&owner->blocks, mid);
     seg->mapped_bytes -= done * p->page;
     gp_tenant_charge(owner->tenant, -(int64_t)(done * p->page));
     gp_pool_ledger_credit(p, owner->tenant, 0, done * p->page);

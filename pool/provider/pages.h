@@ -41,9 +41,13 @@ int gp_pages_unmap_run(gp_pool_state *p, uintptr_t va, size_t n, size_t *done);
 /* Splits b at `offset` into b and a new block `right` (given, so that this cannot fail) of the same
  * state, linked after it; returns right. Neither is put on a list. */
 gp_block *gp_pages_split(gp_block *b, size_t offset, gp_block *right);
-/* Merges the UNMAPPED (or SHADOW) block b with neighbours of the same state, recycling their structs;
- * returns the result. The caller fixes seg->first when the result has no prev. */
+/* Merges the UNMAPPED (or SHADOW) block b with neighbours of the same state, recycling their structs,
+ * and returns the result (its segment's first block when it has no prev). */
 gp_block *gp_pages_merge(gp_block_cache *cache, gp_block *b);
+/* Splits b (on no list) so that one block covers exactly [from, from + bytes) and returns it; the
+ * pieces before and after keep b's state and go on `heap` unless it is NULL. Takes up to two structs
+ * from spare[], counting *nspare down. */
+gp_block *gp_pages_carve(gp_heap *heap, gp_block *b, uintptr_t from, size_t bytes, gp_block **spare, size_t *nspare);
 
 /*
  * Maps up to n pages at the front of the UNMAPPED block u of seg (owner st locked) and turns them into

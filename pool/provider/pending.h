@@ -35,11 +35,12 @@ static inline void gp_block_to_heap(gp_pool_state *p, gp_stream_state *owner, gp
     gp_heap *heap = gp_heap_of(owner, b->segment->small);
     owner->fence_dirty = true;
     b->free_since = now;
-    if (b->segment->stitched && gp_alias_release(p, owner, b)) /* its homes are free again (alias.h) */
-        return;
     if (owner->lenders != NULL && b->size < GP_QUICK_CLASSES * GP_GRANULE)
         gp_thread_cache_return(p, owner);
     if (gp_heap_quick_put(heap, b))
+        return;
+    /* Past the quick lists, which a stitched block (whole pages) never goes on: its homes free again */
+    if (b->segment->stitched && gp_alias_release(p, owner, b))
         return;
     gp_block *merged = gp_heap_release(heap, &owner->blocks, b);
     merged->free_since = now;

@@ -15,6 +15,63 @@
 #include "provider/pending.h"
 #include "provider/vmm.h"
 
+/*
+ * One range's part of gp_vmm_unmap_free_pages (owner locked): up to `want` whole pages of its FREE
+ * blocks; with `others`, only as far as the owner's tenant may give; in the first pass (`shared`
+ * false) only pages that have no second address. Returns the pages done; *rc gets the first failure.
+ */
+static size_t unmap_in_range(gp_pool_state *p, gp_segment *seg, size_t want, const gp_block *spot,
+                             uint64_t idle_before, bool release, bool others, bool shared, int *rc)
+{
+    gp_stream_state *owner = seg->owner;
+    size_t got = 0;
+    bool progress = true;
+    while (progress && got < want) {
+        progress = false;
+        for (gp_block *b = seg->first; b != NULL; b = b->next) {
+            /* The size before the state: a block smaller than a page holds no whole page (skipped
+             * below anyway), and a block lent to a thread cache (under 8 KiB, never its size
+             * written) has its state written by that thread without the stream's lock
+             * (provider/thread_cache.h; TSan, multiprocess_ledger_threads: gp_tc_pop against this
+             * read from a tenant's trim). */
+            if (b->size < p->page || b->state != GP_BLOCK_FREE || (spot != NULL && b->next == spot) ||
+                b->free_since > idle_before)
+                continue;
+            uintptr_t first = seg->addr + gp_div_up(b->addr - seg->addr, p->page) * p->page;
+            uintptr_t end = seg->addr + (b->addr + b->size - seg->addr) / p->page * p->page;
+            if (end <= first)
+                continue;
+            size_t n = (end - first) / p->page;
+            if (n > want - got)
+                n = want - got;
+            while (others && n > 0 && !gp_tenant_can_give(owner->tenant, n * p->page))
+                n--;
+            if (n == 0)
+                continue;
+            /* Pages with a second address: a stitched range's are released at their home; a home's
+             * alias slots (idle, as the page is free here) are unmapped first (alias.h). */
+            bool home = !seg->stitched && seg->aliased != 0;
+            if (seg->stitched && gp_alias_has_homes(p, seg, first, n))
+                continue;
+            if (home && !shared && (n = gp_alias_unshared_run(p, seg, &first, n)) == 0)
+                continue;
+            int one = GP_OK;
+            if (home && (n = gp_alias_unshare(p, seg, first, n, &one)) == 0) {
+                if (*rc == GP_OK)
+                    *rc = one;
+                continue;
+            }
+            size_t done = gp_pages_unmap(p, owner, seg, b, first, n, release, &one);
+            got += done;
+            if (one != GP_OK && *rc == GP_OK)
+                *rc = one;
+            progress = done > 0; /* the chain changed: rescan the range */
+            break;
+        }
+    }
+    return got;
+}
+
 size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *spot, uint64_t idle_before,
                                bool release, int *rc, const gp_tenant *only, const gp_tenant *taker)
 {
@@ -23,58 +80,16 @@ size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *sp
         return 0;
     /* Pages with no second address first: unmapping a home's alias slots undoes a stitched layout
      * that a later step would map again (alias.h); only when those do not suffice, the others. */
-    for (int shared = 0; shared < 2 && got < want; shared++)
-    for (gp_segment *seg = p->segments_head; seg != NULL && got < want; seg = seg->next) {
-        gp_stream_state *owner = seg->owner;
-        if (seg->pages == NULL || seg->paused || (only != NULL && owner->tenant != only))
-            continue;
-        bool others = taker != NULL && owner->tenant != taker;
-        pthread_mutex_lock(&owner->lock);
-        bool progress = true;
-        while (progress && got < want) {
-            progress = false;
-            for (gp_block *b = seg->first; b != NULL; b = b->next) {
-                /* The size before the state: a block smaller than a page holds no whole page (skipped
-                 * below anyway), and a block lent to a thread cache (under 8 KiB, never its size
-                 * written) has its state written by that thread without the stream's lock
-                 * (provider/thread_cache.h; TSan, multiprocess_ledger_threads: gp_tc_pop against this
-                 * read from a tenant's trim). */
-                if (b->size < p->page || b->state != GP_BLOCK_FREE || (spot != NULL && b->next == spot) ||
-                    b->free_since > idle_before)
-                    continue;
-                uintptr_t first = seg->addr + gp_div_up(b->addr - seg->addr, p->page) * p->page;
-                uintptr_t end = seg->addr + (b->addr + b->size - seg->addr) / p->page * p->page;
-                if (end <= first)
-                    continue;
-                size_t n = (end - first) / p->page;
-                if (n > want - got)
-                    n = want - got;
-                while (others && n > 0 && !gp_tenant_can_give(owner->tenant, n * p->page))
-                    n--;
-                if (n == 0)
-                    continue;
-                /* Pages with a second address: a stitched range's are released at their home; a home's
-                 * alias slots (idle, as the page is free here) are unmapped first (alias.h). */
-                bool home = !seg->stitched && seg->aliased != 0;
-                if (seg->stitched && gp_alias_has_homes(p, seg, first, n))
-                    continue;
-                if (home && !shared && (n = gp_alias_unshared_run(p, seg, &first, n)) == 0)
-                    continue;
-                int one = GP_OK;
-                if (home && (n = gp_alias_unshare(p, seg, first, n, &one)) == 0) {
-                    if (*rc == GP_OK)
-                        *rc = one;
-                    continue;
-                }
-                size_t done = gp_pages_unmap(p, owner, seg, b, first, n, release, &one);
-                got += done;
-                if (one != GP_OK && *rc == GP_OK)
-                    *rc = one;
-                progress = done > 0; /* the chain changed: rescan the range */
-                break;
-            }
+    for (int shared = 0; shared < 2 && got < want; shared++) {
+        for (gp_segment *seg = p->segments_head; seg != NULL && got < want; seg = seg->next) {
+            gp_stream_state *owner = seg->owner;
+            if (seg->pages == NULL || seg->paused || (only != NULL && owner->tenant != only))
+                continue;
+            bool others = taker != NULL && owner->tenant != taker;
+            pthread_mutex_lock(&owner->lock);
+            got += unmap_in_range(p, seg, want - got, spot, idle_before, release, others, shared, rc);
+            pthread_mutex_unlock(&owner->lock);
         }
-        pthread_mutex_unlock(&owner->lock);
     }
     return got;
 }

@@ -446,6 +446,66 @@ static size_t release_tenant(gp_pool_state *p, gp_tenant *t, size_t want, int *f
     return before > after ? before - after : 0;
 }
 
+/* Gives back one range at destroy: its mapped pages unmapped in runs (one device synchronize each) and
+ * released (an alias's handle is released at its home), then its address space. Returns the bytes
+ * lost to failed calls. */
+static size_t destroy_range(gp_pool_state *p, gp_segment *seg, int *failed)
+{
+    size_t lost = 0;
+    bool clean = true;
+    if (seg->paused && seg->mapped_bytes == 0) { /* nothing mapped: only the address range is left */
+        if (p->ops->va_release(p->ctx, seg->addr, seg->size) != GP_OK && *failed == GP_OK)
+            *failed = GP_ERR_DEVICE;
+        return 0;
+    }
+    /* Runs of mapped pages, each unmapped after one device synchronize, then released. */
+    gp_block *b = seg->first;
+    uintptr_t run = 0;
+    size_t n = 0;
+    for (uintptr_t va = seg->addr; va <= seg->addr + seg->size; va += p->page) {
+        bool mapped = false;
+        if (va < seg->addr + seg->size) {
+            while (b->addr + b->size <= va)
+                b = b->next;
+            /* unmapped blocks are whole pages; paused ranges may have pages without memory */
+            mapped = b->state != GP_BLOCK_UNMAPPED && seg->pages[gp_page_index(p, seg, va)] != GP_PHYS_NONE;
+        }
+        if (mapped) {
+            if (n++ == 0)
+                run = va;
+            continue;
+        }
+        while (n > 0) {
+            size_t done = 0;
+            int rc = gp_pages_unmap_run(p, run, n, &done);
+            for (size_t i = 0; i < done; i++) {
+                size_t at = gp_page_index(p, seg, run) + i;
+                if (seg->stitched && seg->homes[at].seg != NULL)
+                    continue; /* an alias: its home releases the handle */
+                int rrc = p->ops->phys_release(p->ctx, seg->pages[at]);
+                if (rrc != GP_OK) {
+                    lost += p->page;
+                    clean = false;
+                    if (*failed == GP_OK)
+                        *failed = rrc;
+                }
+            }
+            if (rc != GP_OK) { /* the page that failed stays mapped and is lost; go on after it */
+                lost += p->page;
+                clean = false;
+                if (*failed == GP_OK)
+                    *failed = rc;
+                done++;
+            }
+            run += done * p->page;
+            n -= done;
+        }
+    }
+    if (clean && p->ops->va_release(p->ctx, seg->addr, seg->size) != GP_OK && *failed == GP_OK)
+        *failed = GP_ERR_DEVICE;
+    return lost;
+}
+
 static size_t destroy(gp_pool_state *p, int *failed)
 {
     size_t lost = 0;
@@ -453,61 +513,10 @@ static size_t destroy(gp_pool_state *p, int *failed)
      * (and its handle released at home), so its failure loses nothing and is not reported. */
     (void)gp_alias_dissolve(p, NULL);
     /* Stitched ranges first (their pages' homes release the handles), then the ordinary ones. */
-    for (int stitched = 1; stitched >= 0; stitched--)
-    for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
-        if (seg->pages == NULL || seg->stitched != (bool)stitched)
-            continue;
-        bool clean = true;
-        if (seg->paused && seg->mapped_bytes == 0) { /* nothing mapped: only the address range is left */
-            if (p->ops->va_release(p->ctx, seg->addr, seg->size) != GP_OK && *failed == GP_OK)
-                *failed = GP_ERR_DEVICE;
-            continue;
-        }
-        /* Runs of mapped pages, each unmapped after one device synchronize, then released. */
-        gp_block *b = seg->first;
-        uintptr_t run = 0;
-        size_t n = 0;
-        for (uintptr_t va = seg->addr; va <= seg->addr + seg->size; va += p->page) {
-            bool mapped = false;
-            if (va < seg->addr + seg->size) {
-                while (b->addr + b->size <= va)
-                    b = b->next;
-                /* unmapped blocks are whole pages; paused ranges may have pages without memory */
-                mapped = b->state != GP_BLOCK_UNMAPPED && seg->pages[gp_page_index(p, seg, va)] != GP_PHYS_NONE;
-            }
-            if (mapped) {
-                if (n++ == 0)
-                    run = va;
-                continue;
-            }
-            while (n > 0) {
-                size_t done = 0;
-                int rc = gp_pages_unmap_run(p, run, n, &done);
-                for (size_t i = 0; i < done; i++) {
-                    size_t at = gp_page_index(p, seg, run) + i;
-                    if (seg->stitched && seg->homes[at].seg != NULL)
-                        continue; /* an alias: its home releases the handle */
-                    int rrc = p->ops->phys_release(p->ctx, seg->pages[at]);
-                    if (rrc != GP_OK) {
-                        lost += p->page;
-                        clean = false;
-                        if (*failed == GP_OK)
-                            *failed = rrc;
-                    }
-                }
-                if (rc != GP_OK) { /* the page that failed stays mapped and is lost; go on after it */
-                    lost += p->page;
-                    clean = false;
-                    if (*failed == GP_OK)
-                        *failed = rc;
-                    done++;
-                }
-                run += done * p->page;
-                n -= done;
-            }
-        }
-        if (clean && p->ops->va_release(p->ctx, seg->addr, seg->size) != GP_OK && *failed == GP_OK)
-            *failed = GP_ERR_DEVICE;
+    for (int stitched = 1; stitched >= 0; stitched--) {
+        for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next)
+            if (seg->pages != NULL && seg->stitched == (bool)stitched)
+                lost += destroy_range(p, seg, failed);
     }
     for (size_t i = 0; i < p->pooled_count; i++) {
         int rc = p->ops->phys_release(p->ctx, p->pooled[i]);

@@ -102,16 +102,21 @@ Test(vmm, growth_in_place_keeps_one_range)
 #define STITCH_CONFIG "device_memory:1GiB,cache_slack:0,alias:off"
 #define H ((size_t)40 * MIB)
 
-/* Four 40 MiB blocks in one range, the 1st and 3rd freed: 80 MiB free in two holes. */
-static void two_holes(void **pins)
+/* Four 40 MiB blocks in one range, the 1st and 3rd freed: 80 MiB free in two holes (at hole[]). */
+static void two_holes_at(void **pins, void **hole)
 {
-    void *hole[2];
     hole[0] = alloc_written(H, 10);
     pins[0] = alloc_written(H, 11);
     hole[1] = alloc_written(H, 12);
     pins[1] = alloc_written(H, 13);
     cr_assert_eq(gp_free(pool, hole[0], stream), GP_OK);
     cr_assert_eq(gp_free(pool, hole[1], stream), GP_OK);
+}
+
+static void two_holes(void **pins)
+{
+    void *hole[2];
+    two_holes_at(pins, hole);
 }
 
 Test(vmm, stitching_serves_a_large_request_from_scattered_free_pages)
@@ -493,12 +498,7 @@ Test(vmm, aliasing_serves_scattered_free_pages_twice_without_moving_them)
 {
     open_pool(ALIAS_CONFIG);
     void *pins[2], *hole[2];
-    hole[0] = alloc_written(H, 10);
-    pins[0] = alloc_written(H, 11);
-    hole[1] = alloc_written(H, 12);
-    pins[1] = alloc_written(H, 13);
-    cr_assert_eq(gp_free(pool, hole[0], stream), GP_OK);
-    cr_assert_eq(gp_free(pool, hole[1], stream), GP_OK);
+    two_holes_at(pins, hole);
     gp_stats before = stats_now();
     uint64_t unmaps = gp_sim_calls(sim, GP_SIM_CALL_UNMAP), maps0 = maps();
     void *big = alloc_written(2 * H, 99);
