@@ -357,6 +357,15 @@ static gp_segment *new_stitched_range(gp_pool_state *p, gp_stream_state *st, con
     return *mapped > 0 ? r : NULL;
 }
 
+size_t gp_alias_free_pages(gp_pool_state *p, gp_stream_state *st)
+{
+    pthread_mutex_lock(&st->lock);
+    size_t count = 0;
+    free(free_pages(p, st, &count)); /* NULL with count 0 when host memory is out: nothing to stitch */
+    pthread_mutex_unlock(&st->lock);
+    return count;
+}
+
 gp_block *gp_alias_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t size)
 {
     size_t n = gp_div_up(rsize, p->page);
