@@ -654,7 +654,8 @@ static int fill_slot(gp_pool_state *p, gp_segment *r, size_t j, const candidate 
 static gp_block *repair(gp_pool_state *p, gp_stream_state *st, const candidate *c, size_t count, size_t n,
                         size_t size)
 {
-    candidate *sorted = malloc((count ? count : 1) * sizeof *sorted);
+    assert(count > 0);
+    candidate *sorted = malloc(count * sizeof *sorted);
     if (sorted == NULL)
         return NULL;
     memcpy(sorted, c, count * sizeof *c);
@@ -754,9 +755,9 @@ gp_block *gp_alias_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, s
     /* The stream's own pages first (nothing to lend), then the pages of the smallest free blocks:
      * those are the fragments that no request of this size fits; larger free blocks stay whole for
      * the requests they do fit. */
-    if (ok)
+    if (ok && count > 1)
         qsort(c, count, sizeof *c, own_then_smaller_block_first);
-    if (ok && lend)
+    if (ok && lend && count > 0)
         out = repair(p, st, c, count, n, size);
     if (out == NULL && ok && count >= n) {
         size_t mapped = 0;
