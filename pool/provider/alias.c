@@ -21,7 +21,8 @@
 static gp_block *block_at(const gp_segment *seg, uintptr_t va)
 {
     gp_block *b = seg->first;
-    while (b->addr + b->size <= va)
+    assert(b != NULL); /* a segment's blocks tile it (ds/block.h) */
+    while (b->next != NULL && b->addr + b->size <= va) /* va lies in seg: the last block holds it at most */
         b = b->next;
     return b;
 }
@@ -308,8 +309,9 @@ gp_block *gp_alias_take(gp_pool_state *p, gp_stream_state *st, size_t rsize, siz
 {
     size_t n = gp_div_up(rsize, p->page), count = 0, cap = 0;
     idle_block *c = NULL;
+    bool room = true;
     pthread_mutex_lock(&st->lock);
-    for (gp_segment *r = p->segments_head; r != NULL; r = r->next) {
+    for (gp_segment *r = p->segments_head; r != NULL && room; r = r->next) {
         if (!r->stitched || r->owner != st || r->paused || r->aliased < n)
             continue;
         for (gp_block *b = r->first; b != NULL; b = b->next) {
@@ -332,18 +334,21 @@ gp_block *gp_alias_take(gp_pool_state *p, gp_stream_state *st, size_t rsize, siz
             if (!ok)
                 continue;
             if (count == cap) {
-                cap = cap ? 2 * cap : 8;
-                idle_block *grown = realloc(c, cap * sizeof *c);
-                if (grown == NULL)
+                size_t more = cap ? 2 * cap : 8;
+                idle_block *grown = realloc(c, more * sizeof *c);
+                if (grown == NULL) { /* host memory is out: the candidates found so far */
+                    room = false;
                     break;
+                }
                 c = grown;
+                cap = more;
             }
             c[count++] = (idle_block){r, b->addr, b->size, unheld};
         }
     }
     pthread_mutex_unlock(&st->lock);
     /* What st holds first (no other stream is touched), then the smallest block. */
-    if (count > 1)
+    if (c != NULL && count > 1)
         qsort(c, count, sizeof *c, fewer_checks_first);
     gp_block *out = NULL;
     for (size_t k = 0; k < count && out == NULL; k++)
@@ -404,11 +409,12 @@ static int drop_idle_slots(gp_pool_state *p, gp_segment *r)
         size_t i = gp_page_index(p, r, b->addr), n = b->size / p->page;
         for (size_t j = i; j < i + n; j++) { /* a page parked with r's owner is FREE at home first */
             gp_alias_home h = r->homes[j];
-            if (foreign_home(r, h) && holder_of(h) == r->owner && !loan_of(h)->active) {
+            gp_stream_state *holder = foreign_home(r, h) ? holder_of(h) : NULL;
+            if (holder != NULL && holder == r->owner && !loan_of(h)->active) {
                 unshadow_home(p, h.seg, home_va(p, h), now);
                 *loan_of(h) = (gp_alias_loan){NULL, false};
                 h.seg->loans_held--;
-                r->owner->parked_bytes -= p->page;
+                holder->parked_bytes -= p->page;
             }
         }
         int rc = drop_slots(p, r, i, n);
@@ -511,11 +517,12 @@ static bool free_pages(gp_pool_state *p, gp_stream_state *o, gp_stream_state *st
                 if (seg->alias_count != NULL && seg->alias_count[i] == UINT16_MAX)
                     continue;
                 if (*n == *cap) {
-                    *cap = *cap ? *cap * 2 : 64;
-                    candidate *grown = realloc(*c, *cap * sizeof **c);
+                    size_t more = *cap ? *cap * 2 : 64;
+                    candidate *grown = realloc(*c, more * sizeof **c);
                     if (grown == NULL)
                         return false;
                     *c = grown;
+                    *cap = more;
                 }
                 (*c)[(*n)++] = (candidate){seg, i, b->size, o != st};
             }
@@ -755,9 +762,10 @@ gp_block *gp_alias_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, s
     /* The stream's own pages first (nothing to lend), then the pages of the smallest free blocks:
      * those are the fragments that no request of this size fits; larger free blocks stay whole for
      * the requests they do fit. */
+    ok = ok && c != NULL;
     if (ok && count > 1)
         qsort(c, count, sizeof *c, own_then_smaller_block_first);
-    if (ok && lend && count > 0)
+    if (ok && lend)
         out = repair(p, st, c, count, n, size);
     if (out == NULL && ok && count >= n) {
         size_t mapped = 0;
