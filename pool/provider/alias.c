@@ -735,6 +735,18 @@ static gp_block *repair(gp_pool_state *p, gp_stream_state *st, const candidate *
     return out;
 }
 
+size_t gp_alias_free_pages(gp_pool_state *p, gp_stream_state *st)
+{
+    size_t count = 0, cap = 0;
+    candidate *c = NULL;
+    pthread_mutex_lock(&st->lock);
+    if (!free_pages(p, st, st, &c, &count, &cap))
+        count = 0; /* host memory is out: nothing to stitch */
+    pthread_mutex_unlock(&st->lock);
+    free(c);
+    return count;
+}
+
 gp_block *gp_alias_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t size, bool lend)
 {
     size_t n = gp_div_up(rsize, p->page);

@@ -96,6 +96,10 @@ gp_block *gp_alias_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, s
  * work is done FREE in their owner's heap again; returns how many. Pool lock held, no stream lock. */
 size_t gp_alias_reclaim(gp_pool_state *p, gp_stream_state *st);
 
+/* How many whole free pages st's ordinary large ranges hold that a stitched range may alias (what
+ * gp_alias_stitch chooses from). Pool lock held, st not locked. */
+size_t gp_alias_free_pages(gp_pool_state *p, gp_stream_state *st);
+
 /* The free of b, a block of a stitched range (owner locked): when b is whole pages that all have a
  * home, b becomes SHADOW and the homes FREE; returns false (nothing done) otherwise, and the caller
  * puts b in the heap as any block. */

@@ -92,6 +92,18 @@ static gp_block *growth_spot(gp_pool_state *p, gp_stream_state *st, size_t rsize
     return spot;
 }
 
+/* growth_spot, or, for a growth of exactly `exact` pages (non-zero), the spot growth_spot finds where
+ * they all fit (*pages = exact); NULL for a new range. st locked. */
+static gp_block *exact_spot(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small, size_t exact,
+                            size_t *pages)
+{
+    gp_block *spot = growth_spot(p, st, rsize, small, pages);
+    if (exact == 0)
+        return spot;
+    *pages = exact;
+    return spot != NULL && spot->size >= exact * p->page ? spot : NULL;
+}
+
 /*
  * Undoes a growth that failed part-way: the n pages mapped at `from` go back to the page pool (mapped
  * nowhere, reusable by anyone), so that the failed request changes nothing but the pool's page cache.
@@ -114,8 +126,9 @@ static void undo_growth(gp_pool_state *p, gp_stream_state *st, gp_segment *seg, 
 }
 
 /*
- * Makes a FREE block of at least `rsize` in st's heap of kind `small` by mapping pooled, stitched or
- * new physical pages into st's ranges, one step per paragraph:
+ * Makes a FREE block of at least `rsize` in st's heap of kind `small` (or, with `exact` non-zero,
+ * maps exactly that many pages where that block would grow: grow_and_stitch) by mapping pooled,
+ * stitched or new physical pages into st's ranges, one step per paragraph:
  *
  * 1. Admission decides first. It may trim the tenant's own cache, which unmaps free pages of the
  *    tenant's ranges and merges UNMAPPED blocks (recycling their structs), so no block found before it
@@ -134,17 +147,17 @@ static void undo_growth(gp_pool_state *p, gp_stream_state *st, gp_segment *seg, 
  * 5. A growth that still falls short gives the pages it mapped back to the page pool (undo_growth):
  *    a failed request leaves no memory behind in st's heap.
  */
-static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
+static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small, size_t exact)
 {
     size_t pages = 0, admitted = 0;
     gp_block *spot = NULL;
     int rc = GP_OK;
     for (;;) {
         pthread_mutex_lock(&st->lock);
-        spot = growth_spot(p, st, rsize, small, &pages);
+        spot = exact_spot(p, st, rsize, small, exact, &pages);
         pthread_mutex_unlock(&st->lock);
         if (spot == NULL)
-            pages = gp_div_up(rsize, p->page);
+            pages = exact != 0 ? exact : gp_div_up(rsize, p->page);
         if (pages <= admitted)
             break;
         rc = gp_provider_admit(p, st->tenant, pages * p->page, rsize);
@@ -160,10 +173,10 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
     if (p->ledger != NULL) {
         /* The charge may have given this pool's free pages back (to make room): find the spot again. */
         pthread_mutex_lock(&st->lock);
-        spot = growth_spot(p, st, rsize, small, &pages);
+        spot = exact_spot(p, st, rsize, small, exact, &pages);
         pthread_mutex_unlock(&st->lock);
         if (spot == NULL)
-            pages = gp_div_up(rsize, p->page);
+            pages = exact != 0 ? exact : gp_div_up(rsize, p->page);
         if (pages * p->page > charged) {
             rc = gp_pool_ledger_charge(p, st->tenant, 0, pages * p->page - charged, false);
             if (rc != GP_OK) {
@@ -371,14 +384,45 @@ static bool stitch_waste_fits(const gp_pool_state *p, size_t rsize)
     return p->cfg.cache_slack < 0 || (double)waste <= p->cfg.cache_slack * (double)rsize;
 }
 
+/*
+ * A stitched block made partly of new pages (GMLake's partial match), for a request of rsize that no
+ * free block of st fits, where st's whole free pages are too few to stitch it from them alone and
+ * growth in place would need every page of it anew (stitching_pays): growth maps just the pages that
+ * are missing, and a stitched range aliases them together with every whole free page (the holes'
+ * first, gp_alias_stitch). The request then adds to reserved memory only the pages nothing held, where
+ * growth would add all of them and leave the holes' pages free beside it; those are what stands
+ * between a layout's peak and its page floor where large requests come in the holes' shapes (one
+ * training step's largest buffer over the free pages of the buffers freed before it). The new pages
+ * are homes at the end of the range like any grown pages, free between the block's uses, so that a
+ * loop that repeats its step is served by the stitched range again with no map call (alias.h).
+ *
+ * It is used only where at least as many of the block's pages are already free as must be new: a
+ * block that is mostly new memory saves little and takes whole free pages out of holes that the
+ * step's later, smaller requests would have filled, stranding the holes' partial pages beside its
+ * SHADOW homes while it lives (that trade is growth's, as in stitching_pays). Growth fills the gap
+ * when the stitch does not come about (a map fault, pages moved meanwhile): the pages grown here are
+ * FREE at the end of the range, which that growth extends, so nothing is lost.
+ */
+static gp_block *grow_and_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t size)
+{
+    size_t n = gp_div_up(rsize, p->page), have = gp_alias_free_pages(p, st);
+    if (have == 0 || have >= n || have < n - have)
+        return NULL;
+    if (grow(p, st, rsize, false, n - have) != GP_OK)
+        return NULL;
+    gp_block *b = gp_provider_take(p, st, NULL, false, rsize, size); /* the grown pages may fit it */
+    return b != NULL ? b : gp_alias_stitch(p, st, rsize, size, false);
+}
+
 /* The allocation slow path on a virtual memory backend, in this order: st's own heap, after taking
- * back its pages held for other streams' idle stitched ranges (alias.h: loans); a stitched range of
- * st whose homes are free or held for it; another stream's unused range (it changes owner with its
- * pages); borrowing another stream's idle free block (all of these without a device or map call); a
- * new stitched range of st's own free pages (map calls, no new memory); where growth would pass the
- * cache cap, a new stitched range that also maps other idle streams' free pages (loans: map calls
- * once, no new memory); growth in place from pooled, new or moved pages. A fast path on st
- * may take the new memory between growth and adoption, so growth is retried. */
+ * back, with loans:on, its pages held for other streams' idle stitched ranges (alias.h: loans); a
+ * stitched range of st whose homes are free (or held for it); another stream's unused range (it changes
+ * owner with its pages); borrowing another stream's idle free block (all of these without a device or
+ * map call); a new stitched range of st's own free pages (map calls, no new memory); with loans:on,
+ * where growth would pass the cache cap, a new or repaired stitched range that also maps other idle
+ * streams' free pages (map calls once, no new memory); a stitched range of st's free pages and the
+ * pages they lack, grown for it (grow_and_stitch); growth in place from pooled, new or moved pages. A
+ * fast path on st may take the new memory between growth and adoption, so growth is retried. */
 static int alloc_vmm(gp_pool_state *p, gp_stream_state *st, size_t size, size_t rsize, bool small, void **out)
 {
     bool alias = p->cfg.defrag && p->cfg.alias && !small;
@@ -393,17 +437,19 @@ static int alloc_vmm(gp_pool_state *p, gp_stream_state *st, size_t size, size_t 
         b = gp_provider_take(p, st, seg, small, rsize, size);
     if (b == NULL && p->cfg.borrow)
         b = borrow(p, st, rsize, size, small);
-    if (b == NULL && alias && !gp_capture_underway() && stitching_pays(p, st, rsize)) /* it may unmap */
+    if (b == NULL && alias && !gp_capture_underway() && stitching_pays(p, st, rsize)) { /* it may unmap */
         b = gp_alias_stitch(p, st, rsize, size, false);
-    if (b == NULL && lend && !gp_capture_underway() && stitch_waste_fits(p, rsize) &&
-        stitching_pays(p, st, rsize) && growth_passes_cap(p, st, rsize, small)) {
-        /* pages held for other streams' idle stitched blocks are free memory too (alias.h) */
-        gp_alias_reclaim(p, NULL);
-        b = gp_alias_stitch(p, st, rsize, size, true);
+        if (b == NULL && lend && stitch_waste_fits(p, rsize) && growth_passes_cap(p, st, rsize, small)) {
+            /* pages held for other streams' idle stitched blocks are free memory too (alias.h) */
+            gp_alias_reclaim(p, NULL);
+            b = gp_alias_stitch(p, st, rsize, size, true);
+        }
+        if (b == NULL)
+            b = grow_and_stitch(p, st, rsize, size);
     }
     int rc = GP_OK;
     for (int attempt = 0; b == NULL && attempt < 3; attempt++) {
-        rc = grow(p, st, rsize, small);
+        rc = grow(p, st, rsize, small, 0);
         if (rc != GP_OK)
             break;
         b = gp_provider_take(p, st, NULL, small, rsize, size);

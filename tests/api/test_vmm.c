@@ -625,6 +625,156 @@ Test(vmm, map_fault_while_aliasing_loses_nothing)
     }
 }
 
+/* ---- stitched blocks partly of new pages (GMLake's partial match) ------------------------------- */
+
+/* The default cache slack: growth by what the free pages lack stays under the cache cap, so nothing
+ * is moved; growth of the whole request would pass it and move pages out of the holes instead. */
+#define PARTIAL_CONFIG "device_memory:1GiB"
+
+/* A request of 120 MiB over two 40 MiB holes (80 MiB of whole free pages, at least as many as the 40
+ * MiB it lacks): growth maps only those 40 MiB, and one stitched range aliases them with the holes'
+ * pages. Nothing is moved, the pool holds the 200 MiB of the layout's peak, and the loop that repeats
+ * the step (the holes used in between) is served again with no map call. */
+Test(vmm, a_request_past_the_free_pages_grows_only_what_they_lack)
+{
+    open_pool(PARTIAL_CONFIG);
+    void *pins[2], *hole[2];
+    two_holes_at(pins, hole);
+    gp_stats before = stats_now();
+    cr_assert_eq(before.reserved_bytes, 4 * H);
+    uint64_t unmaps = gp_sim_calls(sim, GP_SIM_CALL_UNMAP), maps0 = maps();
+    void *big = alloc_written(3 * H, 99);
+    gp_stats after = stats_now();
+    cr_assert_eq(after.reserved_bytes, 5 * H, "40 MiB new, the rest the holes' pages (reserved %zu)",
+                 (size_t)after.reserved_bytes);
+    cr_assert_eq(gp_sim_calls(sim, GP_SIM_CALL_UNMAP), unmaps, "no page was moved");
+    cr_assert_eq(maps() - maps0, (H + 3 * H) / (2 * MIB), "the 20 new pages, then 60 alias slots");
+    cr_assert_eq(after.num_stitches, before.num_stitches + 1);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    check_pattern(pins[0], H, 11);
+    check_pattern(pins[1], H, 13);
+    check_pattern(big, 3 * H, 99);
+    cr_assert_eq(gp_free(pool, big, stream), GP_OK);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    uint64_t maps1 = maps();
+    for (int step = 0; step < 3; step++) {
+        void *again[2] = {alloc_written(H, 20), alloc_written(H, 21)};
+        check_pattern(again[0], H, 20);
+        check_pattern(again[1], H, 21);
+        cr_assert_eq(gp_free(pool, again[0], stream), GP_OK);
+        cr_assert_eq(gp_free(pool, again[1], stream), GP_OK);
+        void *big2 = alloc_written(3 * H, 98);
+        cr_assert_eq(big2, big, "step %d: the stitched range is handed out again", step);
+        check_pattern(big2, 3 * H, 98);
+        cr_assert_eq(gp_free(pool, big2, stream), GP_OK);
+        cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    }
+    cr_assert_eq(maps(), maps1, "steps after the first map nothing");
+    cr_assert_eq(stats_now().reserved_bytes_peak, 5 * H);
+    gp_sim_report r;
+    gp_sim_get_report(sim, &r);
+    cr_assert_eq(r.allocated_peak, 5 * H, "the sim's physical peak agrees");
+    cr_assert_eq(gp_free(pool, pins[0], stream), GP_OK);
+    cr_assert_eq(gp_free(pool, pins[1], stream), GP_OK);
+}
+
+/* A request of 200 MiB over the same 80 MiB of free pages is mostly new memory: it grows in place
+ * (the 100 pages mapped once each, no alias slot), leaving the holes to the requests they fit. */
+Test(vmm, a_request_mostly_of_new_pages_grows_in_place)
+{
+    open_pool(PARTIAL_CONFIG ",cache_slack:1");
+    void *pins[2], *hole[2];
+    two_holes_at(pins, hole);
+    uint64_t maps0 = maps();
+    gp_stats before = stats_now();
+    void *big = alloc_written(5 * H, 99);
+    gp_stats after = stats_now();
+    cr_assert_eq(maps() - maps0, 5 * H / (2 * MIB), "grown in place, nothing aliased");
+    cr_assert_eq(after.num_stitches, before.num_stitches);
+    cr_assert_eq(after.reserved_bytes, 9 * H);
+    void *in_hole = alloc_written(H, 20);
+    cr_assert(in_hole == hole[0] || in_hole == hole[1], "the holes are still whole");
+    check_pattern(pins[0], H, 11);
+    check_pattern(pins[1], H, 13);
+    check_pattern(big, 5 * H, 99);
+    cr_assert_eq(gp_free(pool, in_hole, stream), GP_OK);
+    cr_assert_eq(gp_free(pool, big, stream), GP_OK);
+    cr_assert_eq(gp_free(pool, pins[0], stream), GP_OK);
+    cr_assert_eq(gp_free(pool, pins[1], stream), GP_OK);
+}
+
+/* A map that fails in either half (the growth's run, the alias slots' run) loses nothing: the request
+ * is served by growth in place (or fails with a message and succeeds when asked again), the pool
+ * checks, no physical page is held that the pool does not count, and contents are intact. */
+Test(vmm, map_fault_while_growing_part_of_a_stitched_block_loses_nothing)
+{
+    for (uint64_t n = 1; n <= 3; n++) {
+        open_pool(PARTIAL_CONFIG);
+        void *pins[2];
+        two_holes(pins);
+        gp_sim_fail_call(sim, n, GP_SIM_CALL_MAP, GP_ERR_DEVICE);
+        void *big = NULL;
+        int rc = gp_alloc(pool, &big, 3 * H, stream);
+        cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+        if (rc != GP_OK) {
+            cr_assert_neq(strlen(gp_last_error()), 0);
+            cr_assert_eq(gp_alloc(pool, &big, 3 * H, stream), GP_OK, "%s", gp_last_error());
+        }
+        gp_stats s = stats_now();
+        gp_sim_report r;
+        gp_sim_get_report(sim, &r);
+        cr_assert_eq(s.reserved_bytes, r.allocated_bytes, "map fault %llu: the pool and the device disagree",
+                     (unsigned long long)n);
+        cr_assert_leq(s.reserved_bytes, 7 * H, "map fault %llu: more than the growth of the whole request",
+                      (unsigned long long)n);
+        cr_assert_eq(gp_sim_launch(sim, stream, big, 3 * H, GP_SIM_WRITE, 5, 1000), GP_OK, "%s",
+                     gp_sim_first_violation(sim));
+        check_pattern(pins[0], H, 11);
+        check_pattern(pins[1], H, 13);
+        check_pattern(big, 3 * H, 5);
+        gp_sim_synchronize(sim);
+        cr_assert_eq(gp_free(pool, big, stream), GP_OK);
+        cr_assert_eq(gp_free(pool, pins[0], stream), GP_OK);
+        cr_assert_eq(gp_free(pool, pins[1], stream), GP_OK);
+        cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+        teardown();
+    }
+}
+
+/* Trim and pause after a partial stitch: the idle alias slots go first, then every page once. */
+Test(vmm, trim_and_pause_after_growing_part_of_a_stitched_block)
+{
+    open_pool(PARTIAL_CONFIG);
+    gp_tenant_limits l = {0};
+    cr_assert_eq(gp_tenant_create(pool, "t", &l), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_tenant_bind_stream(pool, "t", stream), GP_OK, "%s", gp_last_error());
+    void *pins[2];
+    two_holes(pins);
+    void *big = alloc_written(3 * H, 99);
+    cr_assert_eq(stats_now().reserved_bytes, 5 * H);
+    gp_sim_synchronize(sim);
+    cr_assert_eq(gp_tenant_pause(pool, "t", GP_PAUSE_KEEP_CONTENTS), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(stats_now().reserved_bytes, 0, "every page went back exactly once");
+    cr_assert_eq(gp_tenant_resume(pool, "t"), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(stats_now().reserved_bytes, 5 * H, "the live 200 MiB, nothing more");
+    check_pattern(pins[0], H, 11);
+    check_pattern(pins[1], H, 13);
+    check_pattern(big, 3 * H, 99);
+    gp_sim_synchronize(sim);
+    cr_assert_eq(gp_free(pool, big, stream), GP_OK);
+    size_t released = 0;
+    cr_assert_eq(gp_trim(pool, 0, &released), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(stats_now().reserved_bytes, 2 * H, "only the pinned blocks' pages are left");
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    check_pattern(pins[0], H, 11);
+    check_pattern(pins[1], H, 13);
+    gp_sim_synchronize(sim);
+    cr_assert_eq(gp_free(pool, pins[0], stream), GP_OK);
+    cr_assert_eq(gp_free(pool, pins[1], stream), GP_OK);
+}
+
 /* ---- issue 9 regressions ----------------------------------------------------------------------- */
 
 /* Finding 2: the growth spot must not be chosen before the tenant's admission, which may trim the
