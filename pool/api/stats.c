@@ -26,6 +26,7 @@ static void snapshot(gp_pool_state *p, gp_stats *s)
         gp_stream_state *st = p->streams.by_index[i];
         heap_free += st->small.free_bytes + st->large.free_bytes;
         s->pending_bytes += st->pending_bytes;
+        heap_free += st->parked_bytes;
         s->num_allocs += st->num_allocs;
         s->num_frees += st->num_frees;
         s->requested_bytes += st->requested_bytes;

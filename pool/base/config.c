@@ -65,6 +65,8 @@ static const key_spec keys[] = {
      "vmm backends: map cached free pages into a new contiguous range instead of creating memory"},
     {"alias", KEY_BOOL, FIELD(alias), 0, "on",
      "vmm backends, with defrag: stitch by mapping free pages a second time (kept for the next step) rather than moving them"},
+    {"loans", KEY_BOOL, FIELD(loans), 0, "on",
+     "vmm backends, with alias: past the cache cap, stitch other idle streams' free pages too (loans) and repair idle stitched blocks, rather than moving pages"},
     {"vmm_reserve", KEY_SIZE, FIELD(vmm_reserve), 0, "0",
      "vmm backends: virtual address space reserved per growing range (0 = the device's memory)"},
     {"release_threshold", KEY_SIZE_OR_NONE, FIELD(release_threshold), 0, "none",

@@ -34,6 +34,7 @@ typedef struct gp_config {
     double cache_slack;     /* growth past (1 + this) x peak allocated first gives back free segments; < 0 = off */
     bool defrag;            /* vmm: stitch cached free pages into new ranges before creating memory */
     bool alias;             /* vmm, defrag: stitch by aliasing free pages (provider/alias.h), not only by moving them */
+    bool loans;             /* vmm, alias: stitch other idle streams' free pages too (provider/alias.h: loans) */
     size_t vmm_reserve;     /* vmm: virtual bytes reserved per growing range; 0 = the device's memory */
     size_t release_threshold; /* cached bytes kept when maintenance runs; SIZE_MAX = keep all */
     double idle_release;    /* seconds after which idle cached memory is given back; < 0 = never */

@@ -80,6 +80,10 @@ typedef struct gp_segment {
     uint16_t *alias_count;
     size_t aliased, shadow_pages;
     uint64_t last_used; /* stitched range: the pool's stitch clock when its block was last handed out */
+    /* Loans (provider/alias.h): loans[i] of an ordinary range (allocated on first use) names the other
+     * stream of its tenant whose alias slot holds page i, if any; loans_held counts those pages. */
+    struct gp_alias_loan *loans;
+    size_t loans_held;
     gp_block *first;
     struct gp_stream_state *owner;
     struct gp_segment *prev, *next; /* the pool's list of all segments, oldest first */
@@ -130,6 +134,12 @@ typedef struct gp_alias_home {
     struct gp_segment *seg; /* NULL: the page is the stitched range's own */
     size_t index;
 } gp_alias_home;
+
+/* A page of an ordinary range held by an alias slot of another stream (provider/alias.h). */
+typedef struct gp_alias_loan {
+    struct gp_stream_state *holder; /* NULL: not lent (SHADOW only for its owner's own alias) */
+    bool active;                    /* the holder's slot is in use; else the page is parked there */
+} gp_alias_loan;
 
 /* True for a block with no memory of its own behind it: UNMAPPED, or SHADOW (its memory is counted at
  * the address where it is in use). */

@@ -35,6 +35,7 @@ void gp_segment_free(gp_segment *seg)
     free(seg->pages);
     free(seg->homes);
     free(seg->alias_count);
+    free(seg->loans);
     for (gp_block *b = seg->first; b != NULL;) {
         gp_block *bn = b->next;
         free(b->uses);

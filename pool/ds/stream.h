@@ -45,6 +45,9 @@ typedef struct gp_stream_state {
     gp_block *pending;     /* PENDING blocks, oldest first (list_prev/list_next) */
     gp_block *pending_tail;
     size_t pending_bytes;
+    /* Pages of other streams held for this stream's idle stitched blocks (provider/alias.h: loans),
+     * in use nowhere: cached memory, as free blocks are. */
+    size_t parked_bytes;
     atomic_size_t pending_count; /* read without the lock to skip the pending scan */
     /* Thread caches holding blocks of this stream (provider/thread_cache.h), linked under this lock. */
     struct gp_tc_entry *lenders;

@@ -1,10 +1,13 @@
 /*
- * alias.c — stitching by aliasing: stitched ranges whose pages are free pages of the same stream's
- * ordinary ranges mapped a second time; handing them out and back by swapping which address is in use
- * (SHADOW blocks), making them, and undoing them (alias.h says why and states the invariants).
+ * alias.c — stitching by aliasing: stitched ranges whose pages are free pages of ordinary ranges
+ * mapped a second time (the stream's own, and with loans:on other idle streams' of its tenant);
+ * handing them out and back by swapping which address is in use (SHADOW blocks), lending, parking and
+ * reclaiming other streams' pages, making and repairing stitched ranges, and undoing them (alias.h
+ * says why and states the invariants).
  */
 #include <assert.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/error.h"
 #include "provider/alias.h"
@@ -18,7 +21,8 @@
 static gp_block *block_at(const gp_segment *seg, uintptr_t va)
 {
     gp_block *b = seg->first;
-    while (b->addr + b->size <= va)
+    assert(b != NULL); /* a segment's blocks tile it (ds/block.h) */
+    while (b->next != NULL && b->addr + b->size <= va) /* va lies in seg: the last block holds it at most */
         b = b->next;
     return b;
 }
@@ -41,73 +45,208 @@ static bool home_range(const gp_segment *seg, const gp_stream_state *st)
     return seg->owner == st && !seg->small && !seg->stitched && !seg->paused && seg->pages != NULL;
 }
 
-/* True when the n pages of stitched range r from va all have a home that is free now. */
-static bool homes_free(const gp_pool_state *p, const gp_segment *r, uintptr_t va, size_t n)
+/* True when the home h of a page of stitched range r lies in another stream's range. */
+static bool foreign_home(const gp_segment *r, gp_alias_home h)
 {
-    size_t first = gp_page_index(p, r, va);
-    for (size_t j = 0; j < n; j++) {
-        gp_alias_home h = r->homes[first + j];
-        if (h.seg == NULL || h.seg->paused || !page_is_free(p, h.seg, home_va(p, h)))
-            return false;
-    }
-    return true;
+    return h.seg->owner != r->owner;
 }
 
-/* ---- swapping the address in use (owner locked) ------------------------------------------------ */
+/* The loan of home page h (its range's loans allocated). */
+static gp_alias_loan *loan_of(gp_alias_home h)
+{
+    return &h.seg->loans[h.index];
+}
 
-/* Cuts the page at va out of its FREE block in home range seg into a SHADOW block of its own, using
- * up to two structs from spare[] (*nspare counts down). */
-static void shadow_home(gp_pool_state *p, gp_stream_state *owner, gp_segment *seg, uintptr_t va, gp_block **spare,
-                        size_t *nspare)
+static gp_stream_state *holder_of(gp_alias_home h)
+{
+    return h.seg->loans != NULL ? h.seg->loans[h.index].holder : NULL;
+}
+
+/* ---- swapping the address in use --------------------------------------------------------------- */
+
+/* Cuts the page at va out of its FREE block in home range seg (its owner locked) into a SHADOW block
+ * of its own, using up to two structs from spare[] (*nspare counts down). */
+static void shadow_home(gp_pool_state *p, gp_segment *seg, uintptr_t va, gp_block **spare, size_t *nspare)
 {
     gp_block *b = block_at(seg, va);
     assert(b->state == GP_BLOCK_FREE && b->addr <= va && va + p->page <= b->addr + b->size);
-    gp_heap *heap = gp_heap_of(owner, false);
+    gp_heap *heap = gp_heap_of(seg->owner, false);
     gp_heap_remove(heap, b);
     gp_pages_carve(heap, b, va, p->page, spare, nspare)->state = GP_BLOCK_SHADOW;
 }
 
-/* The SHADOW home page at va becomes FREE again, coalesced with its free neighbours. */
-static void unshadow_home(gp_pool_state *p, gp_stream_state *owner, gp_segment *seg, uintptr_t va, uint64_t now)
+/* The SHADOW home page at va (its owner locked) becomes FREE again, coalesced with its free neighbours. */
+static void unshadow_home(gp_pool_state *p, gp_segment *seg, uintptr_t va, uint64_t now)
 {
+    gp_stream_state *owner = seg->owner;
     gp_block *b = block_at(seg, va);
     assert(b->state == GP_BLOCK_SHADOW && b->addr == va && b->size == p->page);
     (void)p;
     gp_heap_release(gp_heap_of(owner, false), &owner->blocks, b)->free_since = now;
 }
 
-/*
- * Hands out the first n pages of the SHADOW block s of stitched range r (whose homes are free) for a
- * request of `size` on st (locked): the homes become SHADOW, the pages LIVE. NULL, with nothing
- * changed, when host memory is out.
- */
-static gp_block *activate(gp_pool_state *p, gp_stream_state *st, gp_segment *r, gp_block *s, size_t n, size_t size)
+/* `want` block structs from st's cache (st locked) in a new array; NULL when host memory is out
+ * (nothing taken). */
+static gp_block **take_spares(gp_stream_state *st, size_t want)
 {
-    assert(s->state == GP_BLOCK_SHADOW && homes_free(p, r, s->addr, n));
-    size_t want = 2 * n + 1, have = 0;
-    gp_block **spare = malloc(want * sizeof *spare);
-    if (spare == NULL || !gp_block_map_reserve(&st->live)) {
-        free(spare);
-        return NULL;
-    }
-    while (have < want && (spare[have] = gp_block_new(&st->blocks)) != NULL)
+    gp_block **spare = malloc((want ? want : 1) * sizeof *spare);
+    size_t have = 0;
+    while (spare != NULL && have < want && (spare[have] = gp_block_new(&st->blocks)) != NULL)
         have++;
-    gp_block *out = NULL;
-    if (have == want) {
-        size_t first = gp_page_index(p, r, s->addr);
-        for (size_t j = 0; j < n; j++) {
-            gp_alias_home h = r->homes[first + j];
-            shadow_home(p, st, h.seg, home_va(p, h), spare, &have);
-        }
-        if (s->size > n * p->page)
-            gp_pages_split(s, n * p->page, spare[--have]);
-        gp_hand_out(p, st, s, size);
-        r->last_used = ++p->alias_clock;
-        out = s;
+    if (spare != NULL && have < want) {
+        while (have > 0)
+            gp_block_recycle(&st->blocks, spare[--have]);
+        free(spare);
+        spare = NULL;
     }
+    return spare;
+}
+
+static void give_spares(gp_stream_state *st, gp_block **spare, size_t have)
+{
     while (have > 0)
         gp_block_recycle(&st->blocks, spare[--have]);
     free(spare);
+}
+
+/* What activate changed for one foreign page, so that it can be undone. */
+typedef struct lent_page {
+    size_t j;               /* page index in the stitched range */
+    gp_stream_state *from;  /* the holder it was parked with, or NULL: it was FREE at home */
+} lent_page;
+
+/* Undoes lend_homes: a page taken FREE is FREE at home again, one taken from a holder is parked
+ * there again; neither was used meanwhile. Pool lock held, no stream lock. */
+static void unlend(gp_pool_state *p, gp_segment *r, const lent_page *lent, size_t count)
+{
+    uint64_t now = atomic_load_explicit(&p->coarse_now, memory_order_relaxed);
+    for (size_t k = 0; k < count; k++) {
+        gp_alias_home h = r->homes[lent[k].j];
+        gp_alias_loan *l = loan_of(h);
+        gp_stream_state *lock = lent[k].from != NULL ? lent[k].from : h.seg->owner;
+        pthread_mutex_lock(&lock->lock);
+        if (lent[k].from != NULL) {
+            *l = (gp_alias_loan){lent[k].from, false};
+            lent[k].from->parked_bytes += p->page;
+        } else {
+            unshadow_home(p, h.seg, home_va(p, h), now);
+            *l = (gp_alias_loan){NULL, false};
+            h.seg->loans_held--;
+        }
+        pthread_mutex_unlock(&lock->lock);
+    }
+}
+
+/*
+ * Lends st the foreign homes of r's pages [first, first + n) that st does not hold yet, one stream
+ * locked at a time: a home FREE in its owner's heap, once the owner's work is done (gp_stream_idle:
+ * nothing it queued before freeing the page can still use it), becomes SHADOW there; a home parked
+ * with another holder passes to st once that holder's work is done. Either way st holds it, in use
+ * (active). Their indices go to lent[] (*count). false, with nothing lent, when a home is in use, a
+ * stream is busy, or host memory is out. Pool lock held, no stream lock.
+ */
+static bool lend_homes(gp_pool_state *p, gp_stream_state *st, gp_segment *r, size_t first, size_t n,
+                       lent_page *lent, size_t *count)
+{
+    *count = 0;
+    bool ok = true;
+    for (size_t j = first; ok && j < first + n; j++) {
+        gp_alias_home h = r->homes[j];
+        if (!foreign_home(r, h) || loan_of(h)->holder == st)
+            continue;
+        gp_stream_state *from = loan_of(h)->holder; /* parked with another stream, or NULL: FREE */
+        gp_stream_state *o = from != NULL ? from : h.seg->owner;
+        /* every page of this block that the same stream gives, at once */
+        pthread_mutex_lock(&o->lock);
+        size_t mine = 0;
+        for (size_t k = j; ok && k < first + n; k++) {
+            gp_alias_home hk = r->homes[k];
+            if (!foreign_home(r, hk) || loan_of(hk)->holder != from || (from == NULL && hk.seg->owner != o))
+                continue;
+            ok = from != NULL ? !loan_of(hk)->active : !hk.seg->paused && page_is_free(p, hk.seg, home_va(p, hk));
+            mine++;
+        }
+        ok = ok && gp_stream_idle(p, o);
+        gp_block **spare = ok && from == NULL ? take_spares(o, 2 * mine) : NULL;
+        ok = ok && (from != NULL || spare != NULL);
+        size_t left = from == NULL ? 2 * mine : 0;
+        for (size_t k = j; ok && k < first + n; k++) {
+            gp_alias_home hk = r->homes[k];
+            if (!foreign_home(r, hk) || loan_of(hk)->holder != from || (from == NULL && hk.seg->owner != o))
+                continue;
+            if (from == NULL) {
+                shadow_home(p, hk.seg, home_va(p, hk), spare, &left);
+                hk.seg->loans_held++;
+            } else {
+                from->parked_bytes -= p->page;
+            }
+            *loan_of(hk) = (gp_alias_loan){st, true};
+            lent[(*count)++] = (lent_page){k, from};
+        }
+        if (spare != NULL)
+            give_spares(o, spare, left);
+        pthread_mutex_unlock(&o->lock);
+    }
+    if (!ok) {
+        unlend(p, r, lent, *count);
+        *count = 0;
+    }
+    return ok;
+}
+
+/*
+ * Hands out the n pages from va of st's stitched range r, which lie in one SHADOW block, for a request
+ * of `size` on st: foreign homes not held by st are lent first (lend_homes), then, under st's lock,
+ * st's own homes (which must be free) become SHADOW, the foreign ones parked with st active, and the
+ * pages LIVE. NULL, with nothing changed, when a home is in use, a stream is busy, or host memory is
+ * out. Pool lock held, st not locked.
+ */
+static gp_block *activate(gp_pool_state *p, gp_stream_state *st, gp_segment *r, uintptr_t va, size_t n, size_t size)
+{
+    size_t first = gp_page_index(p, r, va), count = 0;
+    lent_page *lent = malloc(n * sizeof *lent);
+    if (lent == NULL || !lend_homes(p, st, r, first, n, lent, &count)) {
+        free(lent);
+        return NULL;
+    }
+    pthread_mutex_lock(&st->lock);
+    /* The block may have merged with neighbours freed meanwhile (gp_alias_release): found again. */
+    gp_block *s = block_at(r, va), *out = NULL;
+    size_t own = 0, parked = 0, in_use = 0;
+    bool ok = s->state == GP_BLOCK_SHADOW && va + n * p->page <= s->addr + s->size;
+    for (size_t j = first; ok && j < first + n; j++) {
+        gp_alias_home h = r->homes[j];
+        if (!foreign_home(r, h)) {
+            ok = !h.seg->paused && holder_of(h) == NULL && page_is_free(p, h.seg, home_va(p, h));
+            own++;
+        } else {
+            ok = loan_of(h)->holder == st;
+            parked += !loan_of(h)->active;
+            in_use += loan_of(h)->active;
+        }
+    }
+    /* the foreign pages in use are the ones lent just now; one more is in use at another slot of st */
+    ok = ok && in_use == count;
+    size_t left = 2 * own + 2;
+    gp_block **spare = ok && gp_block_map_reserve(&st->live) ? take_spares(st, left) : NULL;
+    if (spare != NULL) {
+        for (size_t j = first; j < first + n; j++) {
+            gp_alias_home h = r->homes[j];
+            if (!foreign_home(r, h))
+                shadow_home(p, h.seg, home_va(p, h), spare, &left);
+            else
+                loan_of(h)->active = true;
+        }
+        st->parked_bytes -= parked * p->page;
+        out = gp_pages_carve(NULL, s, va, n * p->page, spare, &left);
+        gp_hand_out(p, st, out, size);
+        r->last_used = ++p->alias_clock;
+        give_spares(st, spare, left);
+    }
+    pthread_mutex_unlock(&st->lock);
+    if (out == NULL)
+        unlend(p, r, lent, count);
+    free(lent);
     return out;
 }
 
@@ -121,10 +260,21 @@ bool gp_alias_release(gp_pool_state *p, gp_stream_state *owner, gp_block *b)
     for (size_t j = 0; j < n; j++)
         if (r->homes[first + j].seg == NULL)
             return false; /* a page of its own (a pause made it so): an ordinary free */
+    /* Own homes are FREE again at once (one stream's order covers both addresses); a foreign home stays
+     * SHADOW, parked with this stream, until it uses the page again, or another stream takes it once
+     * this stream's work is done (lend_homes, gp_alias_reclaim): other streams' blocks are not touched
+     * here. */
     uint64_t now = atomic_load_explicit(&p->coarse_now, memory_order_relaxed);
     for (size_t j = 0; j < n; j++) {
         gp_alias_home h = r->homes[first + j];
-        unshadow_home(p, owner, h.seg, home_va(p, h), now);
+        if (!foreign_home(r, h)) {
+            unshadow_home(p, h.seg, home_va(p, h), now);
+            continue;
+        }
+        gp_alias_loan *l = loan_of(h);
+        assert(l->holder == owner && l->active);
+        l->active = false;
+        owner->parked_bytes += p->page; /* cached memory: in use nowhere now */
     }
     b->state = GP_BLOCK_SHADOW;
     b->requested = 0;
@@ -135,29 +285,82 @@ bool gp_alias_release(gp_pool_state *p, gp_stream_state *owner, gp_block *b)
 
 /* ---- taking and making stitched ranges --------------------------------------------------------- */
 
+/* An idle stitched block of st that may serve a request: where, how large, and how many of its foreign
+ * homes other streams must give (not parked with st). */
+typedef struct idle_block {
+    gp_segment *range;
+    uintptr_t va;
+    size_t size, unheld;
+} idle_block;
+
+static int fewer_checks_first(const void *a, const void *b)
+{
+    const idle_block *x = a, *y = b;
+    if ((x->unheld > 0) != (y->unheld > 0))
+        return x->unheld > 0 ? 1 : -1;
+    if (x->size != y->size)
+        return x->size < y->size ? -1 : 1;
+    if (x->range != y->range)
+        return x->range->serial < y->range->serial ? -1 : 1;
+    return x->va < y->va ? -1 : (x->va > y->va);
+}
+
 gp_block *gp_alias_take(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t size)
 {
-    size_t n = gp_div_up(rsize, p->page);
+    size_t n = gp_div_up(rsize, p->page), count = 0, cap = 0;
+    idle_block *c = NULL;
+    bool room = true;
     pthread_mutex_lock(&st->lock);
-    gp_block *best = NULL;
-    gp_segment *best_range = NULL;
-    for (gp_segment *r = p->segments_head; r != NULL; r = r->next) {
+    for (gp_segment *r = p->segments_head; r != NULL && room; r = r->next) {
         if (!r->stitched || r->small || r->owner != st || r->paused || r->aliased < n)
             continue;
-        for (gp_block *b = r->first; b != NULL; b = b->next)
-            if (b->state == GP_BLOCK_SHADOW && b->size >= n * p->page && (best == NULL || b->size < best->size) &&
-                homes_free(p, r, b->addr, n)) {
-                best = b;
-                best_range = r;
+        for (gp_block *b = r->first; b != NULL; b = b->next) {
+            if (b->state != GP_BLOCK_SHADOW || b->size < n * p->page)
+                continue;
+            /* st's own homes and what st holds are read here (st locked); the rest when lent */
+            size_t first = gp_page_index(p, r, b->addr), unheld = 0;
+            bool ok = true;
+            for (size_t j = first; ok && j < first + n; j++) {
+                gp_alias_home h = r->homes[j];
+                if (h.seg == NULL || h.seg->paused)
+                    ok = false;
+                else if (!foreign_home(r, h))
+                    ok = holder_of(h) == NULL && page_is_free(p, h.seg, home_va(p, h));
+                else if (loan_of(h)->holder == st)
+                    ok = !loan_of(h)->active;
+                else
+                    unheld++;
             }
+            if (!ok)
+                continue;
+            if (count == cap) {
+                size_t more = cap ? 2 * cap : 8;
+                idle_block *grown = realloc(c, more * sizeof *c);
+                if (grown == NULL) { /* host memory is out: the candidates found so far */
+                    room = false;
+                    break;
+                }
+                c = grown;
+                cap = more;
+            }
+            c[count++] = (idle_block){r, b->addr, b->size, unheld};
+        }
     }
-    gp_block *out = best != NULL ? activate(p, st, best_range, best, n, size) : NULL;
     pthread_mutex_unlock(&st->lock);
+    /* What st holds first (no other stream is touched), then the smallest block. */
+    if (c != NULL && count > 1)
+        qsort(c, count, sizeof *c, fewer_checks_first);
+    gp_block *out = NULL;
+    for (size_t k = 0; k < count && out == NULL; k++)
+        out = activate(p, st, c[k].range, c[k].va, n, size);
+    free(c);
     return out;
 }
 
 /* Unmaps the n SHADOW pages of stitched range r from page index i (owner locked): they become
- * UNMAPPED and their homes lose an alias. Returns GP_OK, or the failure (nothing changed). */
+ * UNMAPPED and their homes lose an alias. A foreign home is not parked with r's owner (the caller
+ * makes it FREE first: a parked page must not lose its last way back). Returns GP_OK, or the failure
+ * (nothing changed). */
 static int drop_slots(gp_pool_state *p, gp_segment *r, size_t i, size_t n)
 {
     gp_stream_state *owner = r->owner;
@@ -178,6 +381,7 @@ static int drop_slots(gp_pool_state *p, gp_segment *r, size_t i, size_t n)
         gp_pages_merge(&owner->blocks, mid);
         for (size_t j = i; j < i + done; j++) {
             gp_alias_home *h = &r->homes[j];
+            assert(!foreign_home(r, *h) || holder_of(*h) != owner || loan_of(*h)->active);
             h->seg->alias_count[h->index]--;
             h->seg->aliased--;
             r->aliased--;
@@ -191,16 +395,29 @@ static int drop_slots(gp_pool_state *p, gp_segment *r, size_t i, size_t n)
     return rc;
 }
 
-/* Unmaps every idle alias slot of stitched range r (owner locked): GP_OK or the first failure. */
+/* Unmaps every idle alias slot of stitched range r (owner locked; with pages parked with it, their
+ * homes' owners too: gp_alias_dissolve, which holds every lock): GP_OK or the first failure. */
 static int drop_idle_slots(gp_pool_state *p, gp_segment *r)
 {
+    uint64_t now = atomic_load_explicit(&p->coarse_now, memory_order_relaxed);
     for (gp_block *b = r->first; b != NULL;) {
         if (b->state != GP_BLOCK_SHADOW) {
             b = b->next;
             continue;
         }
         uintptr_t end = b->addr + b->size;
-        int rc = drop_slots(p, r, gp_page_index(p, r, b->addr), b->size / p->page);
+        size_t i = gp_page_index(p, r, b->addr), n = b->size / p->page;
+        for (size_t j = i; j < i + n; j++) { /* a page parked with r's owner is FREE at home first */
+            gp_alias_home h = r->homes[j];
+            gp_stream_state *holder = foreign_home(r, h) ? holder_of(h) : NULL;
+            if (holder != NULL && holder == r->owner && !loan_of(h)->active) {
+                unshadow_home(p, h.seg, home_va(p, h), now);
+                *loan_of(h) = (gp_alias_loan){NULL, false};
+                h.seg->loans_held--;
+                holder->parked_bytes -= p->page;
+            }
+        }
+        int rc = drop_slots(p, r, i, n);
         if (rc != GP_OK)
             return rc;
         b = block_at(r, end - 1)->next; /* the blocks around were merged: go on after what was dropped */
@@ -217,41 +434,65 @@ static bool wholly_idle(const gp_segment *r)
     return true;
 }
 
+/* True when a page of stitched range r is parked with its owner. */
+static bool holds_parked(const gp_pool_state *p, const gp_segment *r)
+{
+    for (size_t j = 0; j < r->size / p->page; j++) {
+        gp_alias_home h = r->homes[j];
+        if (h.seg != NULL && foreign_home(r, h) && holder_of(h) == r->owner && !loan_of(h)->active)
+            return true;
+    }
+    return false;
+}
+
 /*
- * Keeps st's alias slots within the pages of its ordinary ranges once `more` are added: unmaps the
- * idle stitched ranges of st least recently handed out until they fit (or none is left). st locked.
+ * Keeps st's alias slots within the pages they may map once `more` are added: the slots of st's own
+ * pages within the pages of its ordinary ranges, the slots of other streams' pages (loans) within the
+ * pages of theirs. Aliases cost no device memory, but each is a device page-table entry and host
+ * metadata, and so they stay in proportion to what the pool holds; past the bound the idle stitched
+ * ranges of st least recently handed out are unmapped until they fit (or none is left). A range with
+ * pages parked with st is left alone (their owners would have to be locked). st locked.
  */
-static void bound_aliases(gp_pool_state *p, gp_stream_state *st, size_t more)
+static void bound_aliases(gp_pool_state *p, gp_stream_state *st, size_t more, size_t more_foreign)
 {
     for (;;) {
-        size_t slots = more, pages = 0;
+        size_t own_slots = more, foreign_slots = more_foreign, own_pages = 0, other_pages = 0;
         gp_segment *oldest = NULL;
         for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
-            if (seg->owner != st || seg->small || seg->pages == NULL)
+            if (seg->owner->tenant != st->tenant || seg->small || seg->pages == NULL)
                 continue;
             if (!seg->stitched) {
-                pages += seg->mapped_bytes / p->page;
+                *(seg->owner == st ? &own_pages : &other_pages) += seg->mapped_bytes / p->page;
                 continue;
             }
-            slots += seg->aliased;
-            if (seg->aliased > 0 && wholly_idle(seg) && (oldest == NULL || seg->last_used < oldest->last_used))
+            if (seg->owner != st)
+                continue;
+            for (size_t j = 0; j < seg->size / p->page; j++)
+                if (seg->homes[j].seg != NULL)
+                    *(foreign_home(seg, seg->homes[j]) ? &foreign_slots : &own_slots) += 1;
+            if (seg->aliased > 0 && (oldest == NULL || seg->last_used < oldest->last_used) && wholly_idle(seg) &&
+                !holds_parked(p, seg))
                 oldest = seg;
         }
-        if (slots <= pages || oldest == NULL || drop_idle_slots(p, oldest) != GP_OK)
+        bool over = own_slots > own_pages || foreign_slots > other_pages;
+        if (!over || oldest == NULL || drop_idle_slots(p, oldest) != GP_OK)
             return;
     }
 }
 
-/* A whole free page of st's ordinary ranges that may become an alias's home. */
+/* A whole free page of an ordinary range that may become an alias's home. */
 typedef struct candidate {
     gp_segment *seg;
     size_t index;
     size_t block_size; /* of the FREE block it lies in */
+    bool foreign;      /* of another stream than the one that stitches */
 } candidate;
 
-static int smaller_block_first(const void *a, const void *b)
+static int own_then_smaller_block_first(const void *a, const void *b)
 {
     const candidate *x = a, *y = b;
+    if (x->foreign != y->foreign)
+        return x->foreign ? 1 : -1;
     if (x->block_size != y->block_size)
         return x->block_size < y->block_size ? -1 : 1;
     if (x->seg != y->seg)
@@ -259,14 +500,13 @@ static int smaller_block_first(const void *a, const void *b)
     return x->index < y->index ? -1 : (x->index > y->index);
 }
 
-/* Every whole free page of st's ordinary large ranges (st locked), or NULL with *count 0 when host
- * memory is out; the caller frees the array. */
-static candidate *free_pages(gp_pool_state *p, gp_stream_state *st, size_t *count)
+/* Appends every whole free page of o's ordinary large ranges (o locked) as a home for st's new stitched
+ * range. false when host memory is out. */
+static bool free_pages(gp_pool_state *p, gp_stream_state *o, gp_stream_state *st, candidate **c, size_t *n,
+                       size_t *cap)
 {
-    size_t n = 0, cap = 0;
-    candidate *c = NULL;
     for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
-        if (!home_range(seg, st))
+        if (!home_range(seg, o))
             continue;
         for (const gp_block *b = seg->first; b != NULL; b = b->next) {
             if (b->size < p->page || b->state != GP_BLOCK_FREE)
@@ -276,22 +516,19 @@ static candidate *free_pages(gp_pool_state *p, gp_stream_state *st, size_t *coun
                 size_t i = gp_page_index(p, seg, va);
                 if (seg->alias_count != NULL && seg->alias_count[i] == UINT16_MAX)
                     continue;
-                if (n == cap) {
-                    cap = cap ? cap * 2 : 64;
-                    candidate *grown = realloc(c, cap * sizeof *c);
-                    if (grown == NULL) {
-                        free(c);
-                        *count = 0;
-                        return NULL;
-                    }
-                    c = grown;
+                if (*n == *cap) {
+                    size_t more = *cap ? *cap * 2 : 64;
+                    candidate *grown = realloc(*c, more * sizeof **c);
+                    if (grown == NULL)
+                        return false;
+                    *c = grown;
+                    *cap = more;
                 }
-                c[n++] = (candidate){seg, i, b->size};
+                (*c)[(*n)++] = (candidate){seg, i, b->size, o != st};
             }
         }
     }
-    *count = n;
-    return c;
+    return true;
 }
 
 /*
@@ -306,7 +543,9 @@ static gp_segment *new_stitched_range(gp_pool_state *p, gp_stream_state *st, con
     *mapped = 0;
     for (size_t j = 0; j < n; j++) {
         gp_segment *h = chosen[j].seg;
-        if (h->alias_count == NULL && (h->alias_count = calloc(h->size / p->page, sizeof *h->alias_count)) == NULL) {
+        size_t pages = h->size / p->page;
+        if ((h->alias_count == NULL && (h->alias_count = calloc(pages, sizeof *h->alias_count)) == NULL) ||
+            (chosen[j].foreign && h->loans == NULL && (h->loans = calloc(pages, sizeof *h->loans)) == NULL)) {
             *rc = gp_error_set(GP_ERR_OOM, "out of host memory for alias counts");
             return NULL;
         }
@@ -358,40 +597,248 @@ static gp_segment *new_stitched_range(gp_pool_state *p, gp_stream_state *st, con
     return *mapped > 0 ? r : NULL;
 }
 
+static int by_home(const void *a, const void *b)
+{
+    const candidate *x = a, *y = b;
+    if (x->seg != y->seg)
+        return x->seg->serial < y->seg->serial ? -1 : 1;
+    return x->index < y->index ? -1 : (x->index > y->index);
+}
+
+/* True when home h is among the n candidates sorted by_home. */
+static bool listed(const candidate *sorted, size_t n, gp_alias_home h)
+{
+    candidate key = {.seg = h.seg, .index = h.index};
+    return bsearch(&key, sorted, n, sizeof key, by_home) != NULL;
+}
+
+/* Maps the home of c at the UNMAPPED page j of st's stitched range r (st locked) as an idle alias slot
+ * (SHADOW, merged with its neighbours). GP_OK, or the failure (nothing changed). */
+static int fill_slot(gp_pool_state *p, gp_segment *r, size_t j, const candidate *c)
+{
+    gp_stream_state *st = r->owner;
+    uintptr_t va = r->addr + j * p->page;
+    gp_block *u = block_at(r, va);
+    assert(u->state == GP_BLOCK_UNMAPPED && r->homes[j].seg == NULL);
+    size_t pages = c->seg->size / p->page;
+    if ((c->seg->alias_count == NULL && (c->seg->alias_count = calloc(pages, sizeof *c->seg->alias_count)) == NULL) ||
+        (c->foreign && c->seg->loans == NULL && (c->seg->loans = calloc(pages, sizeof *c->seg->loans)) == NULL))
+        return gp_error_set(GP_ERR_OOM, "out of host memory for alias counts");
+    gp_block *spare[2] = {gp_block_new(&st->blocks), gp_block_new(&st->blocks)};
+    size_t left = 2, mapped = 0;
+    gp_phys handle = c->seg->pages[c->index];
+    int rc = spare[0] == NULL || spare[1] == NULL ? gp_error_set(GP_ERR_OOM, "out of host memory for block metadata")
+                                                  : gp_pages_map_run(p, va, &handle, 1, &mapped);
+    atomic_fetch_add(&p->num_maps, mapped);
+    if (mapped == 1) {
+        gp_block *mid = gp_pages_carve(NULL, u, va, p->page, spare, &left);
+        mid->state = GP_BLOCK_SHADOW;
+        gp_pages_merge(&st->blocks, mid);
+        r->pages[j] = handle;
+        r->homes[j] = (gp_alias_home){c->seg, c->index};
+        c->seg->alias_count[c->index]++;
+        c->seg->aliased++;
+        r->aliased++;
+    }
+    while (left > 0)
+        if (spare[--left] != NULL)
+            gp_block_recycle(&st->blocks, spare[left]);
+    return rc;
+}
+
+/*
+ * Repairs the idle stitched block of st that the fewest of its pages keep from serving n pages: each
+ * page whose home is in use now (by its owner, or at another stream's alias) is unmapped from the
+ * slot, and a free page among the candidates c[0..count) (sorted, best first) that the range does not
+ * map yet is mapped there instead; then the block is handed out. In a loop that repeats its step, a
+ * layout so repaired keeps the pages that were free when it was needed, and needs no more repair once
+ * they are free then again in every step: the layout settles where the other streams leave it room,
+ * for two calls per page that did not fit, where a new stitched range would take a call per page
+ * and make one more layout to keep. NULL when no idle block is within reach (as many pages to
+ * replace as it has, or too few candidates), or a call fails (what was repaired stays, idle).
+ * Pool lock held, st not locked.
+ */
+static gp_block *repair(gp_pool_state *p, gp_stream_state *st, const candidate *c, size_t count, size_t n,
+                        size_t size)
+{
+    assert(count > 0);
+    candidate *sorted = malloc(count * sizeof *sorted);
+    if (sorted == NULL)
+        return NULL;
+    memcpy(sorted, c, count * sizeof *c);
+    qsort(sorted, count, sizeof *sorted, by_home);
+    pthread_mutex_lock(&st->lock);
+    gp_segment *best = NULL;
+    uintptr_t best_va = 0;
+    size_t best_misfits = n, best_size = SIZE_MAX;
+    for (gp_segment *r = p->segments_head; r != NULL; r = r->next) {
+        if (!r->stitched || r->owner != st || r->paused)
+            continue;
+        for (gp_block *b = r->first; b != NULL; b = b->next) {
+            if (b->state != GP_BLOCK_SHADOW || b->size < n * p->page)
+                continue;
+            size_t first = gp_page_index(p, r, b->addr), misfits = 0;
+            for (size_t j = first; j < first + n && misfits < best_misfits; j++) {
+                gp_alias_home h = r->homes[j];
+                bool fits;
+                if (h.seg->paused)
+                    fits = false;
+                else if (foreign_home(r, h) && holder_of(h) == st)
+                    fits = !loan_of(h)->active;
+                else
+                    fits = holder_of(h) == NULL && listed(sorted, count, h); /* free at home now */
+                misfits += !fits;
+            }
+            if (misfits < best_misfits || (misfits == best_misfits && best != NULL && b->size < best_size)) {
+                best = r;
+                best_va = b->addr;
+                best_misfits = misfits;
+                best_size = b->size;
+            }
+        }
+    }
+    gp_block *out = NULL;
+    bool ready = best != NULL && best_misfits < n;
+    if (ready && best_misfits > 0) {
+        /* the replacements: candidates the range maps nowhere yet, best first */
+        gp_alias_home *mapped_here = malloc(best->size / p->page * sizeof *mapped_here);
+        size_t nm = 0;
+        for (size_t j = 0; mapped_here != NULL && j < best->size / p->page; j++)
+            if (best->homes[j].seg != NULL)
+                mapped_here[nm++] = best->homes[j];
+        candidate *here = malloc((nm ? nm : 1) * sizeof *here);
+        for (size_t k = 0; here != NULL && mapped_here != NULL && k < nm; k++)
+            here[k] = (candidate){.seg = mapped_here[k].seg, .index = mapped_here[k].index};
+        if (here != NULL && mapped_here != NULL)
+            qsort(here, nm, sizeof *here, by_home);
+        size_t next = 0, first = gp_page_index(p, best, best_va);
+        for (size_t j = first; ready && j < first + n; j++) {
+            gp_alias_home h = best->homes[j];
+            bool fits = !h.seg->paused && (foreign_home(best, h) && holder_of(h) == st
+                                              ? !loan_of(h)->active
+                                              : holder_of(h) == NULL && listed(sorted, count, h));
+            if (fits)
+                continue;
+            while (next < count && (here == NULL || listed(here, nm, (gp_alias_home){c[next].seg, c[next].index})))
+                next++;
+            ready = here != NULL && next < count && drop_slots(p, best, j, 1) == GP_OK &&
+                    fill_slot(p, best, j, &c[next]) == GP_OK;
+            next++;
+        }
+        free(here);
+        free(mapped_here);
+    }
+    pthread_mutex_unlock(&st->lock);
+    free(sorted);
+    if (ready)
+        out = activate(p, st, best, best_va, n, size);
+    return out;
+}
+
 size_t gp_alias_free_pages(gp_pool_state *p, gp_stream_state *st)
 {
+    size_t count = 0, cap = 0;
+    candidate *c = NULL;
     pthread_mutex_lock(&st->lock);
-    size_t count = 0;
-    free(free_pages(p, st, &count)); /* NULL with count 0 when host memory is out: nothing to stitch */
+    if (!free_pages(p, st, st, &c, &count, &cap))
+        count = 0; /* host memory is out: nothing to stitch */
     pthread_mutex_unlock(&st->lock);
+    free(c);
     return count;
 }
 
-gp_block *gp_alias_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t size)
+gp_block *gp_alias_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t size, bool lend)
 {
     size_t n = gp_div_up(rsize, p->page);
     if (n < 2) /* a request of one page that missed finds no whole free page */
         return NULL;
+    size_t count = 0, cap = 0;
+    candidate *c = NULL;
     pthread_mutex_lock(&st->lock);
-    size_t count = 0;
-    candidate *c = free_pages(p, st, &count);
+    bool ok = free_pages(p, st, st, &c, &count, &cap);
+    pthread_mutex_unlock(&st->lock);
+    /* With loans, other streams' free pages too (for a new range where the stream's own do not
+     * suffice, and to tell which homes of an idle block are free for its repair): only of streams
+     * whose work is done (their free pages are unused, as a borrowed block's are), each locked alone. */
+    unsigned streams = atomic_load(&p->streams.count);
+    for (unsigned i = 0; ok && lend && i < streams; i++) {
+        gp_stream_state *o = p->streams.by_index[i];
+        if (o == st || o->tenant != st->tenant)
+            continue;
+        pthread_mutex_lock(&o->lock);
+        if (gp_stream_idle(p, o))
+            ok = free_pages(p, o, st, &c, &count, &cap);
+        pthread_mutex_unlock(&o->lock);
+    }
     gp_block *out = NULL;
-    if (count >= n) {
-        /* The pages of the smallest free blocks first: those are the fragments that no request of this
-         * size fits; larger free blocks stay whole for the requests they do fit. */
-        qsort(c, count, sizeof *c, smaller_block_first);
-        bound_aliases(p, st, n);
+    /* The stream's own pages first (nothing to lend), then the pages of the smallest free blocks:
+     * those are the fragments that no request of this size fits; larger free blocks stay whole for
+     * the requests they do fit. */
+    ok = ok && c != NULL;
+    if (ok && count > 1)
+        qsort(c, count, sizeof *c, own_then_smaller_block_first);
+    if (ok && lend)
+        out = repair(p, st, c, count, n, size);
+    if (out == NULL && ok && count >= n) {
         size_t mapped = 0;
         int rc = GP_OK;
+        pthread_mutex_lock(&st->lock);
+        size_t foreign = 0;
+        for (size_t k = 0; k < n; k++)
+            foreign += c[k].foreign;
+        bound_aliases(p, st, n - foreign, foreign);
         gp_segment *r = new_stitched_range(p, st, c, n, &mapped, &rc);
-        if (r != NULL && mapped == n) {
-            out = activate(p, st, r, r->first, n, size);
+        pthread_mutex_unlock(&st->lock);
+        if (r != NULL && mapped == n && (out = activate(p, st, r, r->addr, n, size)) != NULL)
             atomic_fetch_add(&p->num_stitches, 1);
-        }
     }
     free(c);
-    pthread_mutex_unlock(&st->lock);
     return out;
+}
+
+/*
+ * Gives the pages of st's ranges (every stream's: NULL) parked with other streams whose work is done
+ * back to their owner's heap (FREE). Pool lock held, no stream lock. Returns the pages reclaimed.
+ */
+size_t gp_alias_reclaim(gp_pool_state *p, gp_stream_state *st)
+{
+    size_t got = 0;
+    uint64_t now = atomic_load_explicit(&p->coarse_now, memory_order_relaxed);
+    gp_stream_state *asked = NULL; /* the holder last asked, and its answer (one event query each) */
+    bool asked_idle = false;
+    for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
+        if (seg->loans_held == 0 || (st != NULL && seg->owner != st) || seg->paused)
+            continue;
+        size_t pages = seg->size / p->page;
+        for (size_t i = 0; i < pages && seg->loans_held > 0; i++) {
+            gp_alias_loan *l = &seg->loans[i];
+            gp_stream_state *holder = l->holder;
+            if (holder == NULL)
+                continue;
+            /* parked, and its holder's work done: read under the holder's lock; nothing can hand the
+             * page out meanwhile (that takes the pool lock) */
+            pthread_mutex_lock(&holder->lock);
+            bool idle = !l->active;
+            if (idle && asked != holder) {
+                asked = holder;
+                asked_idle = gp_stream_idle(p, holder);
+            }
+            idle = idle && asked_idle;
+            if (idle) {
+                holder->parked_bytes -= p->page;
+                *l = (gp_alias_loan){NULL, false};
+            }
+            pthread_mutex_unlock(&holder->lock);
+            if (!idle)
+                continue;
+            pthread_mutex_lock(&seg->owner->lock);
+            unshadow_home(p, seg, seg->addr + i * p->page, now);
+            pthread_mutex_unlock(&seg->owner->lock);
+            seg->loans_held--;
+            got++;
+        }
+    }
+    return got;
 }
 
 /* ---- undoing aliases ---------------------------------------------------------------------------- */
@@ -401,21 +848,30 @@ size_t gp_alias_unshare(gp_pool_state *p, gp_segment *seg, uintptr_t first, size
     assert(!seg->stitched);
     if (seg->aliased == 0)
         return n;
+    gp_stream_state *owner = seg->owner;
     size_t i0 = gp_page_index(p, seg, first);
     for (size_t k = 0; k < n; k++) {
         size_t i = i0 + k;
+        assert(seg->loans == NULL || seg->loans[i].holder == NULL); /* FREE here: held by nobody */
         for (gp_segment *r = p->segments_head; r != NULL && seg->alias_count[i] > 0; r = r->next) {
-            if (!r->stitched || r->owner != seg->owner || r->aliased == 0)
+            if (!r->stitched || r->owner->tenant != owner->tenant || r->aliased == 0)
                 continue;
-            for (size_t j = 0; j < r->size / p->page && seg->alias_count[i] > 0; j++) {
-                if (r->homes[j].seg != seg || r->homes[j].index != i)
-                    continue;
-                int one = drop_slots(p, r, j, 1); /* SHADOW: its home is free, so in use there */
-                if (one != GP_OK) {
-                    if (*rc == GP_OK)
-                        *rc = one;
-                    return k;
-                }
+            /* Another stream's slot is unmapped under its lock too, taken in the lock order or not
+             * at all (then the page stays, with its slots). */
+            gp_stream_state *holder = r->owner;
+            if (holder != owner && (holder->index > owner->index ? pthread_mutex_lock(&holder->lock)
+                                                                  : pthread_mutex_trylock(&holder->lock)) != 0)
+                return k;
+            int one = GP_OK;
+            for (size_t j = 0; j < r->size / p->page && seg->alias_count[i] > 0 && one == GP_OK; j++)
+                if (r->homes[j].seg == seg && r->homes[j].index == i)
+                    one = drop_slots(p, r, j, 1); /* SHADOW: its home is free, so in use there */
+            if (holder != owner)
+                pthread_mutex_unlock(&holder->lock);
+            if (one != GP_OK) {
+                if (*rc == GP_OK)
+                    *rc = one;
+                return k;
             }
         }
     }
@@ -448,7 +904,7 @@ bool gp_alias_has_homes(const gp_pool_state *p, const gp_segment *seg, uintptr_t
 static int own_page(gp_pool_state *p, gp_segment *r, size_t j)
 {
     gp_alias_home *h = &r->homes[j];
-    gp_stream_state *owner = r->owner;
+    gp_stream_state *owner = h->seg->owner;
     uintptr_t va = home_va(p, *h);
     gp_block *b = block_at(h->seg, va);
     assert(b->state == GP_BLOCK_SHADOW && b->addr == va && b->size == p->page);
@@ -462,6 +918,11 @@ static int own_page(gp_pool_state *p, gp_segment *r, size_t j)
     h->seg->pages[h->index] = GP_PHYS_NONE;
     h->seg->mapped_bytes -= p->page; /* the page is counted where it is now (same tenant: held unchanged) */
     r->mapped_bytes += p->page;
+    if (foreign_home(r, *h)) { /* the loan ends: the page is the holder's now */
+        assert(holder_of(*h) == r->owner && loan_of(*h)->active);
+        *loan_of(*h) = (gp_alias_loan){NULL, false};
+        h->seg->loans_held--;
+    }
     h->seg->alias_count[h->index]--;
     h->seg->aliased--;
     r->aliased--;
@@ -505,8 +966,19 @@ const char *gp_alias_check(const gp_pool_state *p, const gp_segment *seg)
                 ((b->addr - seg->addr) % p->page != 0 || b->size != p->page || seg->alias_count == NULL ||
                  seg->alias_count[gp_page_index(p, seg, b->addr)] == 0))
                 return "a SHADOW block of an ordinary range is not one aliased page";
-        for (size_t i = 0; seg->alias_count != NULL && i < pages; i++)
+        size_t held = 0;
+        for (size_t i = 0; seg->alias_count != NULL && i < pages; i++) {
             sum += seg->alias_count[i];
+            if (seg->loans == NULL || seg->loans[i].holder == NULL)
+                continue;
+            const gp_stream_state *holder = seg->loans[i].holder;
+            if (seg->alias_count[i] == 0 || holder == seg->owner || holder->tenant != seg->owner->tenant ||
+                block_at(seg, seg->addr + i * p->page)->state != GP_BLOCK_SHADOW)
+                return "a lent page is not a SHADOW page with an alias, held by another stream of its tenant";
+            held++;
+        }
+        if (held != seg->loans_held)
+            return "a range's loans_held disagrees with its loans";
         return sum == seg->aliased ? NULL : "a range's aliased count disagrees with its pages' alias counts";
     }
     size_t own = 0, aliased = 0;
@@ -524,10 +996,15 @@ const char *gp_alias_check(const gp_pool_state *p, const gp_segment *seg)
         aliased++;
         if (b->state == GP_BLOCK_UNMAPPED)
             return "an aliased page of a stitched range is unmapped";
-        if (h.seg->stitched || h.seg->owner != seg->owner || h.seg->alias_count == NULL ||
+        if (h.seg->stitched || h.seg->owner->tenant != seg->owner->tenant || h.seg->alias_count == NULL ||
             h.seg->alias_count[h.index] == 0 || h.seg->pages[h.index] != seg->pages[j])
-            return "a stitched page's home is not a page of its owner's ranges that counts it";
+            return "a stitched page's home is not a page of its tenant's ranges that counts it";
         const gp_block *hb = block_at(h.seg, home_va(p, h));
+        if (b->state != GP_BLOCK_SHADOW && foreign_home(seg, h) &&
+            (holder_of(h) != seg->owner || !loan_of(h)->active))
+            return "a page in use at another stream's alias is not held by it, active";
+        if (b->state != GP_BLOCK_SHADOW && !foreign_home(seg, h) && holder_of(h) != NULL)
+            return "a page in use at its owner's alias is held by another stream";
         if (hb->state == GP_BLOCK_UNMAPPED)
             return "a stitched page's home is unmapped";
         if (b->state != GP_BLOCK_SHADOW && hb->state != GP_BLOCK_SHADOW)
@@ -535,6 +1012,7 @@ const char *gp_alias_check(const gp_pool_state *p, const gp_segment *seg)
     }
     if (aliased != seg->aliased)
         return "a stitched range's aliased count disagrees with its homes";
+
     return own == seg->mapped_bytes ? NULL : "a stitched range's mapped_bytes disagrees with the pages it owns";
 }
 
@@ -584,6 +1062,12 @@ const char *gp_alias_check(const gp_pool_state *p, const gp_segment *seg)
  * grows as before.
  */
 
+/* True when home h (of a small stitched range: st's own) is free now and held for no other stream. */
+static bool home_is_free(const gp_pool_state *p, gp_alias_home h)
+{
+    return h.seg != NULL && !h.seg->paused && holder_of(h) == NULL && page_is_free(p, h.seg, home_va(p, h));
+}
+
 /* True for a small stitched range of st that the small heap may use. */
 static bool small_alias_range(const gp_segment *seg, const gp_stream_state *st)
 {
@@ -602,7 +1086,7 @@ static bool lend_slot(gp_pool_state *p, gp_stream_state *st, gp_segment *r, uint
     bool ok = have == 4;
     if (ok) {
         gp_alias_home h = r->homes[gp_page_index(p, r, va)];
-        shadow_home(p, st, h.seg, home_va(p, h), spare, &have);
+        shadow_home(p, h.seg, home_va(p, h), spare, &have);
         gp_block *slot = gp_pages_carve(NULL, block_at(r, va), va, p->page, spare, &have);
         gp_heap_release(gp_heap_of(st, true), &st->blocks, slot)->free_since =
             atomic_load_explicit(&p->coarse_now, memory_order_relaxed);
@@ -623,7 +1107,7 @@ static bool reuse_slot(gp_pool_state *p, gp_stream_state *st)
             if (b->state != GP_BLOCK_SHADOW)
                 continue;
             for (uintptr_t va = b->addr; va < b->addr + b->size; va += p->page)
-                if (homes_free(p, r, va, 1))
+                if (home_is_free(p, r->homes[gp_page_index(p, r, va)]))
                     return lend_slot(p, st, r, va);
         }
     }
@@ -631,8 +1115,8 @@ static bool reuse_slot(gp_pool_state *p, gp_stream_state *st)
 }
 
 /* The last page of the smallest FREE block of st's ordinary large ranges that ends where the range's
- * mapped memory does (an UNMAPPED block follows it), when it is a whole page that may take one more
- * alias; false when no range has one. st locked. */
+ * mapped memory does (an UNMAPPED block follows it), when it is a whole page with no alias; false when
+ * no range has one. st locked. */
 static bool frontier_page(const gp_pool_state *p, const gp_stream_state *st, candidate *out)
 {
     bool found = false;
@@ -645,8 +1129,10 @@ static bool frontier_page(const gp_pool_state *p, const gp_stream_state *st, can
                 continue;
             uintptr_t last = b->addr + b->size - p->page; /* the UNMAPPED block after b starts on a page */
             size_t i = gp_page_index(p, seg, last);
-            if ((last - seg->addr) % p->page == 0 && (seg->alias_count == NULL || seg->alias_count[i] < UINT16_MAX)) {
-                *out = (candidate){seg, i, b->size};
+            /* a page with no alias yet: one already aliased by the small heap is reused (reuse_slot), and
+             * one of a stitched range or another stream's loan keeps the one alias it has */
+            if ((last - seg->addr) % p->page == 0 && (seg->alias_count == NULL || seg->alias_count[i] == 0)) {
+                *out = (candidate){seg, i, b->size, false};
                 found = true;
             }
         }
@@ -739,7 +1225,7 @@ gp_block *gp_alias_small_grow(gp_pool_state *p, gp_stream_state *st, size_t rsiz
             else if (small_alias_range(seg, st))
                 slots += seg->aliased;
         }
-        candidate c = {NULL, 0, 0};
+        candidate c = {NULL, 0, 0, false};
         lent = slots < pages && frontier_page(p, st, &c) && new_slot(p, st, c);
     }
     pthread_mutex_unlock(&st->lock);
@@ -770,7 +1256,7 @@ bool gp_alias_small_settle(gp_pool_state *p, gp_stream_state *owner, gp_block *m
             uint64_t now = atomic_load_explicit(&p->coarse_now, memory_order_relaxed);
             for (size_t k = 0; k < n; k++) {
                 gp_alias_home h = r->homes[j + k];
-                unshadow_home(p, owner, h.seg, home_va(p, h), now);
+                unshadow_home(p, h.seg, home_va(p, h), now);
             }
             mid->state = GP_BLOCK_SHADOW;
             gp_pages_merge(&owner->blocks, mid);

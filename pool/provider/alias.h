@@ -23,10 +23,27 @@
  * Only when none fits does it stitch a new one (gp_alias_stitch: map calls, no new memory), before
  * any growth. Memory is counted once, at home: aliasing never raises reserved bytes.
  *
- * Stream order. Homes and aliases belong to one stream's heap, so a page used at either address is
- * used in that stream's order, as any reuse on the stream is (api/free.c); nothing crosses streams.
+ * Stream order. A stream's own homes and their aliases belong to its heap, so a page used at either
+ * address is used in that stream's order, as any reuse on the stream is (api/free.c).
  *
- * Bounds. The alias slots of a stream never exceed the pages of its ordinary ranges: aliases cost no
+ * Loans: stitching across the streams of a tenant. Several models (or replicas) on one GPU take
+ * turns at their peaks, so the memory of their combined peak has to serve each stream's peak in turn.
+ * Moving pages to the stream at its peak (provider/stitch.c) costs map calls in every step, as the
+ * stream the pages came from needs them back before the step ends; borrowing a block in place
+ * (provider/vmm.c) costs none, but finds no block where the free memory of idle streams lies in
+ * pieces. So where a stream's own free pages do not suffice and growing would pass the cache cap,
+ * the stitched range may also map free pages of other streams of its tenant whose work is done
+ * (gp_stream_idle, as for a borrowed block): a loan. A loaned page has exactly one alias slot, and
+ * while that slot is in use its home is SHADOW, "held" for it. When the stitched block is freed the
+ * home stays held (its owner's blocks are not touched on the holder's free path), so the holder
+ * takes the same pages again in its next step with no call at all; the owner reclaims them when it
+ * misses in its own heap (gp_alias_reclaim, from the pool lock), once the holder's work is done (its
+ * fence), so that nothing queued on the holder can still use a page that its owner hands out again.
+ * A held page is used by one stream at a time, on that stream, and changes stream only after an
+ * event says the other's work on it is done: the order a borrowed block keeps. Memory stays counted
+ * at home, to the same tenant.
+ *
+ * Bounds. The alias slots of a stream's own pages never exceed the pages of its ordinary ranges: aliases cost no
  * device memory, but each is a device page-table entry and host metadata, and so they stay in
  * proportion to what the pool holds; past the bound the stitched range used least recently is
  * unmapped (gp_alias_stitch).
@@ -43,9 +60,12 @@
  * pages). The invariants below hold for them as for any stitched range.
  *
  * Invariants (gp_alias_check, from gp_check):
- *   - seg->homes[i] of a stitched range names a page of an ordinary range of the same owner that is
+ *   - seg->homes[i] of a stitched range names a page of an ordinary range of the same tenant that is
  *     not UNMAPPED, or NULL for a page the stitched range owns; a SHADOW page of a stitched range has
  *     a home; an aliased page is never UNMAPPED;
+ *   - a home in another stream's range is a loan: its loans[] entry names the slot, its alias_count is
+ *     1, it is SHADOW exactly while held, and it is held while its slot is in use; loans_held,
+ *     foreign and foreign_held count them;
  *   - a page is in use at most at one address: an aliased page of a stitched range that is not SHADOW
  *     has a SHADOW home; a SHADOW block of an ordinary range is one page with alias_count > 0;
  *   - alias_count[i] of an ordinary range counts the stitched pages naming page i; its `aliased` is
@@ -53,8 +73,10 @@
  *   - mapped_bytes counts a page at its home only (a stitched range: the pages it owns).
  *
  * Locks: the pool lock for everything but gp_alias_release and gp_alias_small_settle (the free path:
- * the owner's lock only, which guards every block of the owner's ranges, homes and stitched alike;
- * neither changes an UNMAPPED block or an alias count).
+ * the owner's lock only, which guards every block of the owner's ranges, its own homes and stitched
+ * alike; a loan's fields are the pool lock's; neither changes an UNMAPPED block or an alias count).
+ * Stream locks are taken one at a time, except that unmapping a loaned page's slot (gp_alias_unshare,
+ * under the home owner's lock) takes the holder's lock in the lock order, or tries it.
  */
 #ifndef GP_ALIAS_H
 #define GP_ALIAS_H
@@ -69,10 +91,15 @@
  * (rounded `rsize`, large kind); NULL when none fits. No device call. Pool lock held, st not locked. */
 gp_block *gp_alias_take(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t size);
 
-/* A new stitched range of st's whole free pages, handed out for the request; NULL when st's heap
- * holds too few whole free pages, or a map or host allocation fails (nothing lost: the pages mapped
- * so far stay an idle stitched range). Pool lock held, st not locked. */
-gp_block *gp_alias_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t size);
+/* A new stitched range of st's whole free pages, handed out for the request; with `lend`, other idle
+ * streams' of its tenant too where st's do not suffice (loans). NULL when too few whole free pages
+ * are found, or a map or host allocation fails (nothing lost: the pages mapped so far stay an idle
+ * stitched range). Pool lock held, st not locked. */
+gp_block *gp_alias_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t size, bool lend);
+
+/* Makes the pages of st's ranges (NULL: every stream's) held for idle slots of other streams whose
+ * work is done FREE in their owner's heap again; returns how many. Pool lock held, no stream lock. */
+size_t gp_alias_reclaim(gp_pool_state *p, gp_stream_state *st);
 
 /* How many whole free pages st's ordinary large ranges hold that a stitched range may alias (what
  * gp_alias_stitch chooses from). Pool lock held, st not locked. */

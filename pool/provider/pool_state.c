@@ -91,10 +91,11 @@ bool gp_accounting_check(gp_pool_state *p, const gp_segment_tally *tally, size_t
 {
     unsigned count = atomic_load(&p->streams.count);
     size_t allocated = tally->allocated, free_bytes = tally->free_bytes, pending = tally->pending;
-    size_t heap_free = 0, stream_pending = 0, mapped = 0;
+    size_t heap_free = 0, stream_pending = 0, mapped = 0, parked = 0;
     for (unsigned i = 0; i < count; i++) {
         gp_stream_state *st = p->streams.by_index[i];
         heap_free += st->small.free_bytes + st->large.free_bytes;
+        parked += st->parked_bytes;
         stream_pending += st->pending_bytes;
         mapped += st->live.count;
     }
@@ -117,9 +118,9 @@ bool gp_accounting_check(gp_pool_state *p, const gp_segment_tally *tally, size_t
     CHECK(free_bytes == heap_free, "free blocks hold %zu bytes but the heaps count %zu", free_bytes, heap_free);
     CHECK(pending == stream_pending, "pending blocks hold %zu bytes but the streams count %zu", pending, stream_pending);
     CHECK(tally->live_blocks == mapped, "%zu live blocks, %zu in the streams' maps", tally->live_blocks, mapped);
-    CHECK(allocated + free_bytes + pending + pooled == reserved + p->paused_bytes,
-          "allocated %zu + cached %zu != reserved %zu + paused %zu", allocated, free_bytes + pending + pooled, reserved,
-          p->paused_bytes);
+    CHECK(allocated + free_bytes + pending + pooled + parked == reserved + p->paused_bytes,
+          "allocated %zu + cached %zu != reserved %zu + paused %zu", allocated, free_bytes + pending + pooled + parked,
+          reserved, p->paused_bytes);
     /* per tenant: held == device memory of the segments of its stream states; sums == pool totals */
     size_t held_total = 0;
     unsigned tenants = atomic_load(&p->tenants.count);

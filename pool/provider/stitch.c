@@ -112,6 +112,7 @@ void gp_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t pages
     if (cap != SIZE_MAX && after > cap) {
         int urc = GP_OK;
         gp_collect_all_pending(p); /* quick-listed blocks hide whole free pages */
+        gp_alias_reclaim(p, NULL); /* and so do pages parked with idle stitched blocks (alias.h) */
         size_t want = gp_div_up(after - cap, p->page);
         if (want > pages - p->pooled_count)
             want = pages - p->pooled_count;

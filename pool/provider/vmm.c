@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "policy/cache_cap.h"
 #include "provider/alias.h"
 #include "provider/capture_window.h"
 #include "provider/pending.h"
@@ -355,6 +356,39 @@ static bool stitching_pays(gp_pool_state *p, gp_stream_state *st, size_t rsize)
 }
 
 /*
+ * Whether growing st's heap of kind `small` for rsize would pass the cache cap: the pages it needs
+ * beyond the page pool's, on top of what is reserved, against the cap of provider/stitch.c. Past it,
+ * growth moves other streams' free pages into st's range (or asks the device), and when those
+ * streams need their pages back in their own part of the step, they move again: every step pays in
+ * map calls. Lending the pages in place instead (a stitched range with loans, alias.h) pays once.
+ */
+static bool growth_passes_cap(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
+{
+    size_t need = 0;
+    pthread_mutex_lock(&st->lock);
+    const gp_block *spot = growth_spot(p, st, rsize, small, &need);
+    pthread_mutex_unlock(&st->lock);
+    if (spot == NULL)
+        need = gp_div_up(rsize, p->page);
+    size_t cap = gp_cache_cap(&p->cfg, gp_allocated_estimate(p), atomic_load(&p->allocated_peak), rsize);
+    size_t fresh = need > p->pooled_count ? need - p->pooled_count : 0;
+    return cap != SIZE_MAX && atomic_load(&p->reserved) + fresh * p->page > cap;
+}
+
+/*
+ * Whether a stitched block for rsize wastes no more than the cache cap allows: it takes whole pages,
+ * and the tail of its last one serves nothing while it lives. A pool of such blocks holds (1 + waste
+ * / rsize) x what is asked for; past (1 + cache_slack), the slack the cap grants the whole pool, the
+ * block costs more memory than moving pages would, and growth in place (which extends a free block
+ * and wastes nothing) serves better.
+ */
+static bool stitch_waste_fits(const gp_pool_state *p, size_t rsize)
+{
+    size_t waste = gp_div_up(rsize, p->page) * p->page - rsize;
+    return p->cfg.cache_slack < 0 || (double)waste <= p->cfg.cache_slack * (double)rsize;
+}
+
+/*
  * A stitched block made partly of new pages (GMLake's partial match), for a request of rsize that no
  * free block of st fits, where st's whole free pages are too few to stitch it from them alone and
  * growth in place would need every page of it anew (stitching_pays): growth maps just the pages that
@@ -381,7 +415,7 @@ static gp_block *grow_and_stitch(gp_pool_state *p, gp_stream_state *st, size_t r
     if (grow(p, st, rsize, false, n - have) != GP_OK)
         return NULL;
     gp_block *b = gp_provider_take(p, st, NULL, false, rsize, size); /* the grown pages may fit it */
-    return b != NULL ? b : gp_alias_stitch(p, st, rsize, size);
+    return b != NULL ? b : gp_alias_stitch(p, st, rsize, size, false);
 }
 
 /*
@@ -404,21 +438,26 @@ static bool small_pages_home(gp_pool_state *p, gp_stream_state *st)
     return lent;
 }
 
-/* The allocation slow path on a virtual memory backend, in this order: st's own heap (a large request
- * after the pages its small heap has on loan and no longer uses have gone home: small_pages_home); a
- * stitched range of st whose homes are free (alias.h); another stream's unused range (it changes owner
- * with its pages); borrowing another stream's idle free block (all three without a device or map
- * call); for a small request, an alias of a free page at the frontier of st's large ranges (no new
+/* The allocation slow path on a virtual memory backend, in this order: st's own heap, after taking
+ * back, with loans:on, its pages held for other streams' idle stitched ranges (alias.h: loans), and,
+ * for a large request, the pages its small heap has on loan and no longer uses (small_pages_home); a
+ * stitched range of st whose homes are free (or held for it); another stream's unused range (it changes
+ * owner with its pages); borrowing another stream's idle free block (all of these without a device or
+ * map call); for a small request, an alias of a free page at the frontier of st's large ranges (no new
  * memory; alias.c); for a large one, the small heap's loans still in use become its own
- * (gp_alias_small_keep), then a new stitched range of st's own free pages (map calls, no new memory),
- * or of those and the pages they lack, grown for it (grow_and_stitch); growth in place from pooled,
- * new or moved pages. A fast path on st may take the new memory between growth and adoption, so
- * growth is retried. */
+ * (gp_alias_small_keep), then a new stitched range of st's own free pages (map calls, no new memory);
+ * with loans:on, where growth would pass the cache cap, a new or repaired stitched range that also maps
+ * other idle streams' free pages (map calls once, no new memory); a stitched range of st's free pages
+ * and the pages they lack, grown for it (grow_and_stitch); growth in place from pooled, new or moved
+ * pages. A fast path on st may take the new memory between growth and adoption, so growth is retried. */
 static int alloc_vmm(gp_pool_state *p, gp_stream_state *st, size_t size, size_t rsize, bool small, void **out)
 {
     bool alias = p->cfg.defrag && p->cfg.alias && !small, alias_small = p->cfg.defrag && p->cfg.alias && small;
+    bool lend = alias && p->cfg.loans; /* other streams' free pages, stitched in place */
     gp_block *b = gp_provider_take(p, st, NULL, small, rsize, size);
     gp_segment *seg;
+    if (b == NULL && lend && gp_alias_reclaim(p, st) > 0)
+        b = gp_provider_take(p, st, NULL, small, rsize, size);
     if (b == NULL && alias && small_pages_home(p, st))
         b = gp_provider_take(p, st, NULL, false, rsize, size);
     if (b == NULL && alias)
@@ -434,7 +473,12 @@ static int alloc_vmm(gp_pool_state *p, gp_stream_state *st, size_t size, size_t 
     if (b == NULL && alias && !gp_capture_underway()) /* it may unmap */
         gp_alias_small_keep(p, st);
     if (b == NULL && alias && !gp_capture_underway() && stitching_pays(p, st, rsize)) { /* it may unmap */
-        b = gp_alias_stitch(p, st, rsize, size);
+        b = gp_alias_stitch(p, st, rsize, size, false);
+        if (b == NULL && lend && stitch_waste_fits(p, rsize) && growth_passes_cap(p, st, rsize, small)) {
+            /* pages held for other streams' idle stitched blocks are free memory too (alias.h) */
+            gp_alias_reclaim(p, NULL);
+            b = gp_alias_stitch(p, st, rsize, size, true);
+        }
         if (b == NULL)
             b = grow_and_stitch(p, st, rsize, size);
     }
@@ -476,6 +520,7 @@ static void release_empty_ranges(gp_pool_state *p)
         free(seg->pages);
         free(seg->homes);
         free(seg->alias_count);
+        free(seg->loans);
         free(seg);
     }
 }
@@ -486,7 +531,9 @@ static size_t release(gp_pool_state *p, size_t keep, uint64_t idle_before, int *
     *failed = GP_OK;
     if (gp_capture_underway()) /* unmapping synchronises the device: never while a graph is captured */
         return 0;
-    /* Pooled pages first: they are unmapped already. */
+    /* Pages held for idle stitched ranges of other streams are free memory of their owners again, so
+     * that they can go back too. Then pooled pages: they are unmapped already. */
+    gp_alias_reclaim(p, NULL);
     size_t i = 0;
     while (i < p->pooled_count) {
         size_t cached = gp_cached_estimate(p);
@@ -523,6 +570,7 @@ static size_t release_tenant(gp_pool_state *p, gp_tenant *t, size_t want, int *f
 {
     size_t before = atomic_load(&p->reserved);
     *failed = GP_OK;
+    gp_alias_reclaim(p, NULL); /* held pages are free memory of their owners (alias.h) */
     /* want / page rounded up without overflow: a pause asks for SIZE_MAX (everything) */
     size_t pages = want / p->page + (want % p->page != 0);
     gp_vmm_unmap_free_pages(p, pages, NULL, UINT64_MAX, true, failed, t, NULL);

@@ -1,0 +1,222 @@
+/*
+ * test_loans.c — loans (loans:on, backend sim-vmm; provider/alias.h): two streams whose peaks take
+ * turns, each with its free memory in holes that its own peak does not fit, reach a steady state with
+ * no map, unmap or device call, where moving pages (loans:off) pays map calls in every step; a page
+ * lent to another stream's stitched block goes back to its owner only once that stream's work on it
+ * is done; trim gives parked pages back; gp_check holds throughout. borrow:off, so that no free block
+ * is borrowed whole and the pages have to be stitched.
+ */
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "gpupool.h"
+#include "gpupool_sim.h"
+
+#define MIB ((size_t)1 << 20)
+#define H ((size_t)40 * MIB)
+/* No cache slack: every growth past the peak allocation stitches (or moves) pages. */
+#define LOANS_CONFIG "device_memory:1GiB,cache_slack:0,borrow:off"
+
+static gp_pool *pool;
+static gp_sim *sim;
+static gp_stream a, b;
+
+static void open_pool(const char *config)
+{
+    unsetenv("GPUPOOL_CONF");
+    cr_assert_eq(gp_pool_create(&pool, 0, "sim-vmm", config), GP_OK, "%s", gp_last_error());
+    sim = gp_sim_of(pool);
+    cr_assert_not_null(sim);
+    gp_sim_retain(sim);
+    a = gp_sim_stream_create(sim);
+    b = gp_sim_stream_create(sim);
+}
+
+static void teardown(void)
+{
+    if (pool != NULL) {
+        cr_expect_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+        gp_leak_report leaks;
+        cr_expect_eq(gp_pool_destroy(pool, &leaks), GP_OK, "%s", gp_last_error());
+        pool = NULL;
+    }
+    if (sim != NULL) {
+        gp_sim_report r;
+        gp_sim_get_report(sim, &r);
+        cr_expect_eq(r.leaked_bytes_at_close, 0, "%s", gp_sim_first_violation(sim));
+        cr_expect_eq(r.races, 0, "%s", gp_sim_first_violation(sim));
+        cr_expect_eq(r.pattern_mismatches, 0, "%s", gp_sim_first_violation(sim));
+        gp_sim_release(sim);
+        sim = NULL;
+    }
+}
+
+TestSuite(loans, .fini = teardown);
+
+static gp_stats stats_now(void)
+{
+    gp_stats s = {.size = sizeof s, .version = GP_STATS_VERSION};
+    cr_assert_eq(gp_get_stats(pool, &s), GP_OK, "%s", gp_last_error());
+    return s;
+}
+
+static void *alloc_written(gp_stream s, size_t size, uint64_t seed, uint64_t duration)
+{
+    void *p;
+    cr_assert_eq(gp_alloc(pool, &p, size, s), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_sim_launch(sim, s, p, size, GP_SIM_WRITE, seed, duration), GP_OK, "%s",
+                 gp_sim_first_violation(sim));
+    return p;
+}
+
+static void check_pattern(gp_stream s, void *p, size_t size, uint64_t seed)
+{
+    cr_assert_eq(gp_sim_launch(sim, s, p, size, GP_SIM_CHECK, seed, 1000), GP_OK, "%s", gp_sim_first_violation(sim));
+}
+
+/* Four 40 MiB blocks on each stream, the 1st and 3rd freed once all are live (so that no growth
+ * passes the cap meanwhile): 80 MiB free on each in two holes; pa[], pb[] stay live. */
+static void two_holes_each(void **pa, void **pb)
+{
+    void *holes[4];
+    holes[0] = alloc_written(a, H, 100, 1000);
+    pa[0] = alloc_written(a, H, 101, 1000);
+    holes[1] = alloc_written(a, H, 102, 1000);
+    pa[1] = alloc_written(a, H, 103, 1000);
+    holes[2] = alloc_written(b, H, 200, 1000);
+    pb[0] = alloc_written(b, H, 201, 1000);
+    holes[3] = alloc_written(b, H, 202, 1000);
+    pb[1] = alloc_written(b, H, 203, 1000);
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(gp_free(pool, holes[i], i < 2 ? a : b), GP_OK);
+    gp_sim_synchronize(sim);
+}
+
+/* One step: a's peak (120 MiB: more than its 80 MiB of holes, less than both streams' 160 MiB), then
+ * b's, each written, checked and freed, with the device idle in between. */
+static void step(uint64_t seed)
+{
+    void *x = alloc_written(a, 3 * H, seed, 1000);
+    check_pattern(a, x, 3 * H, seed);
+    cr_assert_eq(gp_free(pool, x, a), GP_OK);
+    gp_sim_synchronize(sim);
+    void *y = alloc_written(b, 3 * H, seed + 1, 1000);
+    check_pattern(b, y, 3 * H, seed + 1);
+    cr_assert_eq(gp_free(pool, y, b), GP_OK);
+    gp_sim_synchronize(sim);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+}
+
+static uint64_t page_calls(void)
+{
+    return gp_sim_calls(sim, GP_SIM_CALL_MAP | GP_SIM_CALL_UNMAP | GP_SIM_CALL_PHYS_CREATE | GP_SIM_CALL_PHYS_RELEASE);
+}
+
+static void free_pins(void **pa, void **pb)
+{
+    check_pattern(a, pa[0], H, 101);
+    check_pattern(a, pa[1], H, 103);
+    check_pattern(b, pb[0], H, 201);
+    check_pattern(b, pb[1], H, 203);
+    gp_sim_synchronize(sim);
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(gp_free(pool, pa[i], a), GP_OK);
+        cr_assert_eq(gp_free(pool, pb[i], b), GP_OK);
+    }
+}
+
+Test(loans, peaks_that_take_turns_settle_with_no_map_calls)
+{
+    open_pool(LOANS_CONFIG ",loans:on");
+    void *pa[2], *pb[2];
+    two_holes_each(pa, pb);
+    gp_stats before = stats_now();
+    cr_assert_eq(before.reserved_bytes, 8 * H, "reserved %zu", (size_t)before.reserved_bytes);
+    step(1); /* each stream stitches its peak once: its own holes and the other's free pages */
+    step(3);
+    uint64_t calls = page_calls();
+    for (uint64_t k = 5; k < 15; k += 2)
+        step(k);
+    cr_assert_eq(page_calls(), calls, "the stitched blocks are handed out again with no map, unmap or device call");
+    gp_stats after = stats_now();
+    cr_assert_eq(after.reserved_bytes, 8 * H, "no memory beyond the two streams' 320 MiB");
+    cr_assert_eq(after.num_device_allocs, before.num_device_allocs);
+    free_pins(pa, pb);
+}
+
+Test(loans, without_loans_the_pages_move_in_every_step)
+{
+    open_pool(LOANS_CONFIG ",loans:off");
+    void *pa[2], *pb[2];
+    two_holes_each(pa, pb);
+    step(1);
+    step(3);
+    uint64_t calls = page_calls();
+    step(5);
+    cr_assert_gt(page_calls(), calls, "moving stitch: the other stream's pages are unmapped and mapped each step");
+    free_pins(pa, pb);
+}
+
+Test(loans, a_lent_page_goes_home_only_once_the_holder_is_done)
+{
+    open_pool(LOANS_CONFIG ",loans:on");
+    void *pa[2], *pb[2];
+    two_holes_each(pa, pb);
+    step(1);
+    step(3);
+    /* a's stitched block (with pages of b) is written by a long kernel and freed while it runs: those
+     * pages stay parked with a, and b's peak must not take them back before a's kernel is done */
+    void *x = alloc_written(a, 3 * H, 7, 100000000);
+    cr_assert_eq(gp_free(pool, x, a), GP_OK);
+    void *y = alloc_written(b, 3 * H, 8, 1000);
+    check_pattern(b, y, 3 * H, 8);
+    gp_sim_synchronize(sim);
+    gp_sim_report r;
+    gp_sim_get_report(sim, &r);
+    cr_assert_eq(r.races, 0, "%s", gp_sim_first_violation(sim));
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_free(pool, y, b), GP_OK);
+    gp_sim_synchronize(sim);
+    free_pins(pa, pb);
+}
+
+Test(loans, trim_gives_parked_pages_back)
+{
+    open_pool(LOANS_CONFIG ",loans:on");
+    void *pa[2], *pb[2];
+    two_holes_each(pa, pb);
+    step(1);
+    step(3);
+    gp_stats held = stats_now();
+    cr_assert_eq(held.cached_bytes + held.allocated_bytes, held.reserved_bytes, "parked pages count as cached memory: live + cached == reserved (%zu %zu %zu)", (size_t)held.cached_bytes, (size_t)held.allocated_bytes, (size_t)held.reserved_bytes);
+    free_pins(pa, pb);
+    gp_sim_synchronize(sim);
+    size_t released = 0;
+    cr_assert_eq(gp_trim(pool, 0, &released), GP_OK, "%s", gp_last_error());
+    gp_stats s = stats_now();
+    cr_assert_eq(s.reserved_bytes, 0, "every page went back, those parked with the other stream too");
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+}
+
+Test(loans, a_failed_map_while_lending_loses_nothing)
+{
+    open_pool(LOANS_CONFIG ",loans:on");
+    void *pa[2], *pb[2];
+    two_holes_each(pa, pb);
+    for (int n = 1; n <= 3; n++) {
+        gp_sim_fail_call(sim, n, GP_SIM_CALL_MAP, GP_ERR_DEVICE);
+        void *x = NULL;
+        int rc = gp_alloc(pool, &x, 3 * H, a);
+        cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+        if (rc == GP_OK) {
+            cr_assert_eq(gp_sim_launch(sim, a, x, 3 * H, GP_SIM_WRITE, 9, 1000), GP_OK, "%s",
+                         gp_sim_first_violation(sim));
+            cr_assert_eq(gp_free(pool, x, a), GP_OK);
+        }
+        gp_sim_fail_call(sim, 0, GP_SIM_CALL_MAP, GP_OK);
+        gp_sim_synchronize(sim);
+    }
+    step(11);
+    free_pins(pa, pb);
+}
