@@ -571,9 +571,7 @@ static size_t release_tenant(gp_pool_state *p, gp_tenant *t, size_t want, int *f
     size_t before = atomic_load(&p->reserved);
     *failed = GP_OK;
     gp_alias_reclaim(p, NULL); /* held pages are free memory of their owners (alias.h) */
-    /* want / page rounded up without overflow: a pause asks for SIZE_MAX (everything) */
-    size_t pages = want / p->page + (want % p->page != 0);
-    gp_vmm_unmap_free_pages(p, pages, NULL, UINT64_MAX, true, failed, t, NULL);
+    gp_vmm_unmap_free_pages(p, gp_div_up(want, p->page), NULL, UINT64_MAX, true, failed, t, NULL);
     size_t after = atomic_load(&p->reserved);
     return before > after ? before - after : 0;
 }
