@@ -54,6 +54,11 @@
  * in use at an alias becomes the stitched range's own (its SHADOW home is unmapped), so that every
  * page has one address and pausing works as for any range.
  *
+ * Small ranges. A stream's small heap may grow by an alias too: a small stitched range (small and
+ * stitched) whose pages are free pages of the stream's large ranges, lent to the small heap while any
+ * small block lives in them, going home when they are wholly free again (alias.c says why and which
+ * pages). The invariants below hold for them as for any stitched range.
+ *
  * Invariants (gp_alias_check, from gp_check):
  *   - seg->homes[i] of a stitched range names a page of an ordinary range of the same tenant that is
  *     not UNMAPPED, or NULL for a page the stitched range owns; a SHADOW page of a stitched range has
@@ -67,11 +72,11 @@
  *     their sum; a stitched range's `aliased` counts its pages with a home;
  *   - mapped_bytes counts a page at its home only (a stitched range: the pages it owns).
  *
- * Locks: the pool lock for everything but gp_alias_release (the free path: the owner's lock only,
- * which guards every block of the owner's ranges, its own homes and stitched alike; a loan's fields
- * are the pool lock's). Stream locks are taken one at a time, except that unmapping a loaned page's
- * slot (gp_alias_unshare, under the home owner's lock) takes the holder's lock in the lock order, or
- * tries it.
+ * Locks: the pool lock for everything but gp_alias_release and gp_alias_small_settle (the free path:
+ * the owner's lock only, which guards every block of the owner's ranges, its own homes and stitched
+ * alike; a loan's fields are the pool lock's; neither changes an UNMAPPED block or an alias count).
+ * Stream locks are taken one at a time, except that unmapping a loaned page's slot (gp_alias_unshare,
+ * under the home owner's lock) takes the holder's lock in the lock order, or tries it.
  */
 #ifndef GP_ALIAS_H
 #define GP_ALIAS_H
@@ -121,6 +126,40 @@ bool gp_alias_has_homes(const gp_pool_state *p, const gp_segment *seg, uintptr_t
  * unmapped, and pages in use at an alias become the stitched range's own (their homes unmapped).
  * Pool lock and every stream lock held. GP_OK, or the first failure (the rest is left as it was). */
 int gp_alias_dissolve(gp_pool_state *p, const gp_tenant *only);
+
+/* Small ranges grown by aliasing (alias.c says why): an idle alias slot of st's small stitched ranges
+ * whose home is free, or else a new alias of the first whole page of the smallest free block of st's
+ * ordinary large ranges, lent to st's small heap, and the request taken from that heap (rsize, size);
+ * NULL when neither is there, or a map or host allocation fails (nothing lost). No new memory. Pool
+ * lock held, st not locked. */
+gp_block *gp_alias_small_grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t size);
+
+/* The FREE block m (on the small heap) of a small stitched range of owner (locked): every whole page in
+ * it that has a home swaps back, without a device call (it becomes an idle SHADOW slot, its home FREE
+ * in the large heap). True when one did. */
+bool gp_alias_small_settle(gp_pool_state *p, gp_stream_state *owner, gp_block *m);
+
+/* gp_alias_small_settle over every FREE block of st's small stitched ranges (st locked; its quick lists
+ * and thread caches flushed first by the caller, so that wholly free pages show). */
+void gp_alias_small_reclaim(gp_pool_state *p, gp_stream_state *st);
+
+/* The pages st's small heap has on loan that are in use (not wholly free) become its own: their homes
+ * are unmapped (after the homes' other, idle alias slots), so that the large heap, which must grow,
+ * grows where they were instead of around them. Pool lock held, st not locked. */
+void gp_alias_small_keep(gp_pool_state *p, gp_stream_state *st);
+
+/* True when every alias slot of the ordinary range seg is a small stitched range's and seg holds
+ * nothing in use but pages lent to its owner's small heap (FREE, UNMAPPED and SHADOW blocks only), so
+ * that it could change owner once gp_alias_small_recall has given them back. Owner locked. */
+bool gp_alias_small_only_loans(const gp_pool_state *p, const gp_segment *seg);
+
+/* The small-heap loans of the ordinary range seg end: idle alias slots are unmapped, and pages the
+ * small heap still uses become its own (their homes unmapped). True when seg has no alias slot left
+ * (false at a failed unmap: what was done stays, consistent). Owner locked, pool lock held. */
+bool gp_alias_small_recall(gp_pool_state *p, gp_segment *seg);
+
+/* True when st's small heap uses an alias of a page of its large ranges now. st locked. */
+bool gp_alias_small_lent(const gp_pool_state *p, const gp_stream_state *st);
 
 /* The aliasing invariants above for seg; NULL, or what is broken. Every lock held. */
 const char *gp_alias_check(const gp_pool_state *p, const gp_segment *seg);

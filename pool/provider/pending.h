@@ -40,10 +40,13 @@ static inline void gp_block_to_heap(gp_pool_state *p, gp_stream_state *owner, gp
     if (gp_heap_quick_put(heap, b))
         return;
     /* Past the quick lists, which a stitched block (whole pages) never goes on: its homes free again */
-    if (b->segment->stitched && gp_alias_release(p, owner, b))
+    if (b->segment->stitched && !b->segment->small && gp_alias_release(p, owner, b))
         return;
     gp_block *merged = gp_heap_release(heap, &owner->blocks, b);
     merged->free_since = now;
+    /* A small stitched range's page that is wholly free now swaps back to its home (alias.c) */
+    if (merged->segment->stitched && merged->segment->small && merged->size >= p->page)
+        gp_alias_small_settle(p, owner, merged);
 }
 
 #endif /* GP_PENDING_H */

@@ -252,15 +252,17 @@ static gp_segment *steal_range(gp_pool_state *p, gp_stream_state *st, size_t siz
 {
     gp_segment *best = NULL;
     for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
-        /* Ranges with aliases stay with their owner (alias.h: homes and aliases share one stream). */
-        if (seg->stitched || seg->aliased != 0 || seg->owner == st || seg->small != small || seg->paused ||
+        /* Ranges with aliases stay with their owner (alias.h: homes and aliases share one stream),
+         * unless the aliases are only its owner's small heap's loans, which end first (alias.c). */
+        if (seg->stitched || seg->owner == st || seg->small != small || seg->paused ||
             seg->pages == NULL || seg->mapped_bytes < size || seg->owner->tenant != st->tenant)
             continue;
         if (best != NULL && seg->mapped_bytes >= best->mapped_bytes)
             continue;
         gp_stream_state *owner = seg->owner;
         pthread_mutex_lock(&owner->lock);
-        bool usable = gp_segment_unused(seg) && gp_stream_idle(p, owner);
+        bool usable = (seg->aliased == 0 ? gp_segment_unused(seg) : gp_alias_small_only_loans(p, seg)) &&
+                      gp_stream_idle(p, owner);
         pthread_mutex_unlock(&owner->lock);
         if (usable)
             best = seg;
@@ -269,7 +271,9 @@ static gp_segment *steal_range(gp_pool_state *p, gp_stream_state *st, size_t siz
         return NULL;
     gp_stream_state *owner = best->owner;
     pthread_mutex_lock(&owner->lock);
-    bool taken = gp_segment_unused(best) && gp_stream_idle(p, owner); /* the owner may have used it since */
+    /* the owner may have used it since; its small heap's loans end first (its work is done) */
+    bool taken = gp_stream_idle(p, owner) && (best->aliased == 0 || gp_alias_small_only_loans(p, best)) &&
+                 gp_alias_small_recall(p, best) && gp_segment_unused(best);
     if (taken) {
         for (gp_block *b = best->first; b != NULL; b = b->next)
             if (b->state == GP_BLOCK_FREE)
@@ -414,29 +418,60 @@ static gp_block *grow_and_stitch(gp_pool_state *p, gp_stream_state *st, size_t r
     return b != NULL ? b : gp_alias_stitch(p, st, rsize, size, false);
 }
 
+/*
+ * Before a large request makes new memory: the pages st's small heap has on loan from its large ranges
+ * (alias.c) that are wholly free now, once its quick lists and thread caches are flushed, go home, so
+ * that the large heap has them for its peak. True when st's small heap had any on loan (the caller
+ * then looks in the large heap again). Pool lock held, st not locked.
+ */
+static bool small_pages_home(gp_pool_state *p, gp_stream_state *st)
+{
+    pthread_mutex_lock(&st->lock);
+    bool lent = gp_alias_small_lent(p, st);
+    if (lent) {
+        if (st->lenders != NULL)
+            gp_thread_cache_return(p, st);
+        gp_heap_quick_flush(&st->small, &st->blocks);
+        gp_alias_small_reclaim(p, st);
+    }
+    pthread_mutex_unlock(&st->lock);
+    return lent;
+}
+
 /* The allocation slow path on a virtual memory backend, in this order: st's own heap, after taking
- * back, with loans:on, its pages held for other streams' idle stitched ranges (alias.h: loans); a
+ * back, with loans:on, its pages held for other streams' idle stitched ranges (alias.h: loans), and,
+ * for a large request, the pages its small heap has on loan and no longer uses (small_pages_home); a
  * stitched range of st whose homes are free (or held for it); another stream's unused range (it changes
  * owner with its pages); borrowing another stream's idle free block (all of these without a device or
- * map call); a new stitched range of st's own free pages (map calls, no new memory); with loans:on,
- * where growth would pass the cache cap, a new or repaired stitched range that also maps other idle
- * streams' free pages (map calls once, no new memory); a stitched range of st's free pages and the
- * pages they lack, grown for it (grow_and_stitch); growth in place from pooled, new or moved pages. A
- * fast path on st may take the new memory between growth and adoption, so growth is retried. */
+ * map call); for a small request, an alias of a free page at the frontier of st's large ranges (no new
+ * memory; alias.c); for a large one, the small heap's loans still in use become its own
+ * (gp_alias_small_keep), then a new stitched range of st's own free pages (map calls, no new memory);
+ * with loans:on, where growth would pass the cache cap, a new or repaired stitched range that also maps
+ * other idle streams' free pages (map calls once, no new memory); a stitched range of st's free pages
+ * and the pages they lack, grown for it (grow_and_stitch); growth in place from pooled, new or moved
+ * pages. A fast path on st may take the new memory between growth and adoption, so growth is retried. */
 static int alloc_vmm(gp_pool_state *p, gp_stream_state *st, size_t size, size_t rsize, bool small, void **out)
 {
-    bool alias = p->cfg.defrag && p->cfg.alias && !small;
+    bool alias = p->cfg.defrag && p->cfg.alias && !small, alias_small = p->cfg.defrag && p->cfg.alias && small;
     bool lend = alias && p->cfg.loans; /* other streams' free pages, stitched in place */
     gp_block *b = gp_provider_take(p, st, NULL, small, rsize, size);
     gp_segment *seg;
     if (b == NULL && lend && gp_alias_reclaim(p, st) > 0)
         b = gp_provider_take(p, st, NULL, small, rsize, size);
+    if (b == NULL && alias && small_pages_home(p, st))
+        b = gp_provider_take(p, st, NULL, false, rsize, size);
     if (b == NULL && alias)
         b = gp_alias_take(p, st, rsize, size);
     if (b == NULL && (seg = steal_range(p, st, rsize, small)) != NULL)
         b = gp_provider_take(p, st, seg, small, rsize, size);
     if (b == NULL && p->cfg.borrow)
         b = borrow(p, st, rsize, size, small);
+    if (b == NULL && alias_small && !gp_capture_underway())
+        b = gp_alias_small_grow(p, st, rsize, size);
+    /* The large heap must make memory: pages its small heap has on loan from the frontier and still
+     * uses become the small heap's own, so that growth in place extends the frontier (alias.c). */
+    if (b == NULL && alias && !gp_capture_underway()) /* it may unmap */
+        gp_alias_small_keep(p, st);
     if (b == NULL && alias && !gp_capture_underway() && stitching_pays(p, st, rsize)) { /* it may unmap */
         b = gp_alias_stitch(p, st, rsize, size, false);
         if (b == NULL && lend && stitch_waste_fits(p, rsize) && growth_passes_cap(p, st, rsize, small)) {

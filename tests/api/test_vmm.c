@@ -845,3 +845,199 @@ Test(vmm, block_used_on_many_streams_leaks_nothing_when_its_range_goes)
     cr_assert_eq(gp_trim(pool, 0, NULL), GP_OK, "%s", gp_last_error());
     cr_assert_eq(stats_now().reserved_bytes, 0, "the range went back");
 }
+
+/* ---- small ranges grown by aliasing a large range's free page (provider/alias.c) ----------------- */
+
+#define P ((size_t)2 * MIB)
+#define SMALL ((size_t)100 * 1024) /* under small_size: the small heap */
+
+static uint64_t sim_calls(unsigned kind)
+{
+    return gp_sim_calls(sim, kind);
+}
+
+/* A large range of [LIVE 4 MiB][FREE 4 MiB][UNMAPPED ...]: two whole free pages at its end. *pin is
+ * the live block, the freed one's address goes to *tail. */
+static void free_tail(void **pin, void **tail)
+{
+    *pin = alloc_written(2 * P, 31);
+    *tail = alloc_written(2 * P, 32);
+    cr_assert_eq(gp_free(pool, *tail, stream), GP_OK);
+    cr_assert_eq(stats_now().reserved_bytes, 4 * P);
+}
+
+/* The small heap's first page is an alias of the large range's last free page: reserved memory does
+ * not rise, no page is created, one map call; the small block's contents are its own. */
+Test(vmm, small_growth_aliases_a_free_page_of_the_large_range)
+{
+    open_pool(ALIAS_CONFIG);
+    void *pin, *tail;
+    free_tail(&pin, &tail);
+    uint64_t creates = sim_calls(GP_SIM_CALL_PHYS_CREATE), maps0 = maps();
+    void *s = alloc_written(SMALL, 41);
+    cr_assert_eq(stats_now().reserved_bytes, 4 * P, "the small page is the large range's, not new memory");
+    cr_assert_eq(sim_calls(GP_SIM_CALL_PHYS_CREATE), creates, "no page created");
+    cr_assert_eq(maps() - maps0, 1, "the page mapped once more");
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    check_pattern(pin, 2 * P, 31);
+    check_pattern(s, SMALL, 41);
+    gp_sim_synchronize(sim);
+    cr_assert_eq(gp_free(pool, s, stream), GP_OK);
+    cr_assert_eq(gp_free(pool, pin, stream), GP_OK);
+}
+
+/* Without aliasing the same layout grows the small heap by a new page (the control for the above). */
+Test(vmm, small_growth_without_alias_makes_a_new_page)
+{
+    open_pool("device_memory:1GiB,cache_slack:0,alias:off");
+    void *pin, *tail;
+    free_tail(&pin, &tail);
+    void *s = alloc_written(SMALL, 41);
+    cr_assert_eq(stats_now().reserved_bytes, 5 * P);
+    gp_sim_synchronize(sim);
+    cr_assert_eq(gp_free(pool, s, stream), GP_OK);
+    cr_assert_eq(gp_free(pool, pin, stream), GP_OK);
+}
+
+/* Freeing the small block swaps the page back: the large range serves its 4 MiB at the old address
+ * again without growth or a map call, and the small heap's next growth reuses the idle alias slot
+ * (its home is free again) with no map call either — the steady state of a loop. */
+Test(vmm, a_wholly_free_small_page_goes_home_and_its_slot_is_reused)
+{
+    open_pool(ALIAS_CONFIG);
+    void *pin, *tail;
+    free_tail(&pin, &tail);
+    void *s = alloc_written(SMALL, 41);
+    gp_sim_synchronize(sim);
+    cr_assert_eq(gp_free(pool, s, stream), GP_OK);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    uint64_t maps0 = maps();
+    for (int step = 0; step < 3; step++) {
+        void *big = alloc_written(2 * P, 50 + step);
+        cr_assert_eq(big, tail, "step %d: the home page is back in the large range", step);
+        cr_assert_eq(stats_now().reserved_bytes, 4 * P);
+        check_pattern(big, 2 * P, 50 + step);
+        gp_sim_synchronize(sim);
+        cr_assert_eq(gp_free(pool, big, stream), GP_OK);
+        void *again = alloc_written(SMALL, 60 + step);
+        cr_assert_eq(again, s, "step %d: the idle slot is lent again", step);
+        cr_assert_eq(stats_now().reserved_bytes, 4 * P);
+        check_pattern(again, SMALL, 60 + step);
+        gp_sim_synchronize(sim);
+        cr_assert_eq(gp_free(pool, again, stream), GP_OK);
+        cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    }
+    cr_assert_eq(maps(), maps0, "no map call after the first");
+    check_pattern(pin, 2 * P, 31);
+    cr_assert_eq(gp_free(pool, pin, stream), GP_OK);
+}
+
+/* A small page still in use when the large range must grow becomes the small heap's own (its home is
+ * unmapped), so that the large range grows where it was: the pool ends where growing the small heap
+ * by a new page would have (5 pages), the contents of both blocks intact. */
+Test(vmm, a_lent_page_in_use_when_the_large_range_grows_becomes_the_small_heaps)
+{
+    open_pool(ALIAS_CONFIG);
+    void *pin, *tail;
+    free_tail(&pin, &tail);
+    void *s = alloc_written(SMALL, 41);
+    uint64_t unmaps = sim_calls(GP_SIM_CALL_UNMAP);
+    void *big = alloc_written(2 * P, 42);
+    cr_assert_eq(big, tail, "the large range grows in place over the page it gave up");
+    cr_assert_eq(sim_calls(GP_SIM_CALL_UNMAP) - unmaps, 1, "the home's mapping only");
+    cr_assert_eq(stats_now().reserved_bytes, 5 * P);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    check_pattern(s, SMALL, 41);
+    check_pattern(big, 2 * P, 42);
+    check_pattern(pin, 2 * P, 31);
+    gp_sim_synchronize(sim);
+    cr_assert_eq(gp_free(pool, s, stream), GP_OK);
+    cr_assert_eq(gp_free(pool, big, stream), GP_OK);
+    cr_assert_eq(gp_free(pool, pin, stream), GP_OK);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+}
+
+/* Trim with a small alias live gives back the free page beside it (never the lent one), and one with
+ * the small block freed gives back both (the idle slot unmapped first: the sim's ledger is clean at
+ * teardown). */
+Test(vmm, trim_with_a_small_alias_live_and_idle)
+{
+    open_pool(ALIAS_CONFIG);
+    void *pin, *tail;
+    free_tail(&pin, &tail);
+    void *s = alloc_written(SMALL, 41);
+    size_t released = 0;
+    cr_assert_eq(gp_trim(pool, 0, &released), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(released, P, "the free page, not the lent one");
+    cr_assert_eq(stats_now().reserved_bytes, 3 * P);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    check_pattern(s, SMALL, 41);
+    check_pattern(pin, 2 * P, 31);
+    gp_sim_synchronize(sim);
+    cr_assert_eq(gp_free(pool, s, stream), GP_OK);
+    cr_assert_eq(gp_trim(pool, 0, &released), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(released, P, "the page went home and is given back");
+    cr_assert_eq(stats_now().reserved_bytes, 2 * P);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_free(pool, pin, stream), GP_OK);
+}
+
+/* A pause of a tenant whose small heap uses a lent page: every page goes back once, and resume
+ * restores both blocks at their addresses. */
+Test(vmm, pause_and_resume_with_a_small_alias_live)
+{
+    open_pool(ALIAS_CONFIG);
+    gp_tenant_limits l = {0};
+    cr_assert_eq(gp_tenant_create(pool, "t", &l), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_tenant_bind_stream(pool, "t", stream), GP_OK, "%s", gp_last_error());
+    void *pin, *tail;
+    free_tail(&pin, &tail);
+    void *s = alloc_written(SMALL, 41);
+    gp_sim_synchronize(sim);
+    cr_assert_eq(gp_tenant_pause(pool, "t", GP_PAUSE_KEEP_CONTENTS), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(stats_now().reserved_bytes, 0, "every page went back exactly once");
+    cr_assert_eq(gp_tenant_resume(pool, "t"), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    /* the pin's two pages, the small one, and the free page beside them (api/pause.c's release_tenant
+     * asks for SIZE_MAX bytes, which gp_div_up turns into 0 pages: the cache is not given back first) */
+    cr_assert_eq(stats_now().reserved_bytes, 4 * P, "the pages mapped at the pause, once each, not %zu",
+                 (size_t)stats_now().reserved_bytes);
+    check_pattern(pin, 2 * P, 31);
+    check_pattern(s, SMALL, 41);
+    gp_sim_synchronize(sim);
+    cr_assert_eq(gp_free(pool, s, stream), GP_OK);
+    cr_assert_eq(gp_free(pool, pin, stream), GP_OK);
+}
+
+/* A map that fails while the small heap aliases a page loses nothing: the request is served by growth
+ * (or fails with a message and succeeds when asked again), the pool checks, and the sim's ledger is
+ * clean at teardown. */
+Test(vmm, map_fault_while_aliasing_a_small_page_loses_nothing)
+{
+    for (uint64_t n = 1; n <= 2; n++) {
+        open_pool(ALIAS_CONFIG);
+        void *pin, *tail;
+        free_tail(&pin, &tail);
+        gp_sim_fail_call(sim, n, GP_SIM_CALL_MAP, GP_ERR_DEVICE);
+        void *s = NULL;
+        int rc = gp_alloc(pool, &s, SMALL, stream);
+        cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+        if (rc != GP_OK) {
+            cr_assert_neq(strlen(gp_last_error()), 0);
+            cr_assert_eq(gp_alloc(pool, &s, SMALL, stream), GP_OK, "%s", gp_last_error());
+        }
+        size_t reserved = stats_now().reserved_bytes;
+        cr_assert(reserved == 4 * P || reserved == 5 * P, "map fault %llu: reserved %zu",
+                  (unsigned long long)n, reserved);
+        cr_assert_eq(gp_sim_launch(sim, stream, s, SMALL, GP_SIM_WRITE, 7, 1000), GP_OK, "%s",
+                     gp_sim_first_violation(sim));
+        check_pattern(s, SMALL, 7);
+        check_pattern(pin, 2 * P, 31);
+        gp_sim_synchronize(sim);
+        cr_assert_eq(gp_free(pool, s, stream), GP_OK);
+        cr_assert_eq(gp_free(pool, pin, stream), GP_OK);
+        cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+        teardown();
+    }
+}
