@@ -571,7 +571,10 @@ static size_t release_tenant(gp_pool_state *p, gp_tenant *t, size_t want, int *f
     size_t before = atomic_load(&p->reserved);
     *failed = GP_OK;
     gp_alias_reclaim(p, NULL); /* held pages are free memory of their owners (alias.h) */
-    gp_vmm_unmap_free_pages(p, gp_div_up(want, p->page), NULL, UINT64_MAX, true, failed, t, NULL);
+    /* want / page rounded up without overflow: a pause asks for SIZE_MAX bytes (all of the cache), which
+     * gp_div_up would wrap to 0 pages, and nothing would go back before the pause */
+    size_t pages = want / p->page + (want % p->page != 0);
+    gp_vmm_unmap_free_pages(p, pages, NULL, UINT64_MAX, true, failed, t, NULL);
     size_t after = atomic_load(&p->reserved);
     return before > after ? before - after : 0;
 }
