@@ -65,6 +65,20 @@ static void *alloc_written(size_t size, uint64_t seed)
     return p;
 }
 
+/* An allocation while a device call is set to fail once: the pool checks either way, and a request
+ * that failed says why and succeeds when asked again (the fault was one-shot). */
+static void *alloc_through_fault(size_t size)
+{
+    void *out = NULL;
+    int rc = gp_alloc(pool, &out, size, stream);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    if (rc != GP_OK) {
+        cr_assert_neq(strlen(gp_last_error()), 0);
+        cr_assert_eq(gp_alloc(pool, &out, size, stream), GP_OK, "%s", gp_last_error());
+    }
+    return out;
+}
+
 static void check_pattern(void *p, size_t size, uint64_t seed)
 {
     cr_assert_eq(gp_sim_launch(sim, stream, p, size, GP_SIM_CHECK, seed, 1000), GP_OK, "%s",
@@ -469,13 +483,7 @@ Test(vmm, unmap_and_create_faults_change_nothing)
         void *pins[2];
         two_holes(pins);
         gp_sim_fail_call(sim, 1, kinds[k], GP_ERR_DEVICE);
-        void *big = NULL;
-        int rc = gp_alloc(pool, &big, 2 * H, stream);
-        cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
-        if (rc != GP_OK) {
-            cr_assert_neq(strlen(gp_last_error()), 0);
-            cr_assert_eq(gp_alloc(pool, &big, 2 * H, stream), GP_OK, "%s", gp_last_error());
-        }
+        void *big = alloc_through_fault(2 * H);
         check_pattern(pins[0], H, 11);
         check_pattern(pins[1], H, 13);
         gp_sim_synchronize(sim);
@@ -603,13 +611,7 @@ Test(vmm, map_fault_while_aliasing_loses_nothing)
         void *pins[2];
         two_holes(pins);
         gp_sim_fail_call(sim, n, GP_SIM_CALL_MAP, GP_ERR_DEVICE);
-        void *big = NULL;
-        int rc = gp_alloc(pool, &big, 2 * H, stream);
-        cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
-        if (rc != GP_OK) {
-            cr_assert_neq(strlen(gp_last_error()), 0);
-            cr_assert_eq(gp_alloc(pool, &big, 2 * H, stream), GP_OK, "%s", gp_last_error());
-        }
+        void *big = alloc_through_fault(2 * H);
         cr_assert_eq(stats_now().reserved_bytes, 4 * H, "map fault %llu: pages lost or duplicated",
                      (unsigned long long)n);
         cr_assert_eq(gp_sim_launch(sim, stream, big, 2 * H, GP_SIM_WRITE, 5, 1000), GP_OK, "%s",
@@ -713,13 +715,7 @@ Test(vmm, map_fault_while_growing_part_of_a_stitched_block_loses_nothing)
         void *pins[2];
         two_holes(pins);
         gp_sim_fail_call(sim, n, GP_SIM_CALL_MAP, GP_ERR_DEVICE);
-        void *big = NULL;
-        int rc = gp_alloc(pool, &big, 3 * H, stream);
-        cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
-        if (rc != GP_OK) {
-            cr_assert_neq(strlen(gp_last_error()), 0);
-            cr_assert_eq(gp_alloc(pool, &big, 3 * H, stream), GP_OK, "%s", gp_last_error());
-        }
+        void *big = alloc_through_fault(3 * H);
         gp_stats s = stats_now();
         gp_sim_report r;
         gp_sim_get_report(sim, &r);
@@ -1018,13 +1014,7 @@ Test(vmm, map_fault_while_aliasing_a_small_page_loses_nothing)
         void *pin, *tail;
         free_tail(&pin, &tail);
         gp_sim_fail_call(sim, n, GP_SIM_CALL_MAP, GP_ERR_DEVICE);
-        void *s = NULL;
-        int rc = gp_alloc(pool, &s, SMALL, stream);
-        cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
-        if (rc != GP_OK) {
-            cr_assert_neq(strlen(gp_last_error()), 0);
-            cr_assert_eq(gp_alloc(pool, &s, SMALL, stream), GP_OK, "%s", gp_last_error());
-        }
+        void *s = alloc_through_fault(SMALL);
         size_t reserved = stats_now().reserved_bytes;
         cr_assert(reserved == 4 * P || reserved == 5 * P, "map fault %llu: reserved %zu",
                   (unsigned long long)n, reserved);

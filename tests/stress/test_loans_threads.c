@@ -18,6 +18,8 @@
 #include "gpupool.h"
 #include "gpupool_sim.h"
 
+#include "expect.h"
+
 #define THREADS 4
 #define MIB ((size_t)1 << 20)
 #define H ((size_t)8 * MIB)
@@ -29,20 +31,6 @@
 
 static gp_pool *pool;
 static gp_sim *sim;
-static int failures;
-static pthread_mutex_t failure_lock = PTHREAD_MUTEX_INITIALIZER;
-
-#define EXPECT(cond, ...)                                                                                      \
-    do {                                                                                                       \
-        if (!(cond)) {                                                                                         \
-            pthread_mutex_lock(&failure_lock);                                                                 \
-            failures++;                                                                                        \
-            fprintf(stderr, "test_loans_threads: %s:%d: ", __FILE__, __LINE__);                                \
-            fprintf(stderr, __VA_ARGS__);                                                                      \
-            fprintf(stderr, " [%s]\n", gp_last_error());                                                      \
-            pthread_mutex_unlock(&failure_lock);                                                               \
-        }                                                                                                      \
-    } while (0)
 
 static void *written(gp_stream s, size_t size, uint64_t seed)
 {

@@ -19,20 +19,7 @@
 #include "gpupool.h"
 #include "gpupool_sim.h"
 
-static int failures;
-static pthread_mutex_t failure_lock = PTHREAD_MUTEX_INITIALIZER;
-
-#define EXPECT(cond, ...)                                                                                      \
-    do {                                                                                                       \
-        if (!(cond)) {                                                                                         \
-            pthread_mutex_lock(&failure_lock);                                                                 \
-            failures++;                                                                                        \
-            fprintf(stderr, "test_thread_cache: %s:%d: ", __FILE__, __LINE__);                                 \
-            fprintf(stderr, __VA_ARGS__);                                                                      \
-            fprintf(stderr, " [%s]\n", gp_last_error());                                                      \
-            pthread_mutex_unlock(&failure_lock);                                                               \
-        }                                                                                                      \
-    } while (0)
+#include "expect.h"
 
 static gp_pool *make_pool(void)
 {

@@ -18,6 +18,8 @@
 #include "gpupool.h"
 #include "gpupool_sim.h"
 
+#include "expect.h"
+
 #define THREADS 4
 #define LIVE_PER_THREAD 24
 #define HANDOFF_SLOTS 64
@@ -40,20 +42,6 @@ static gp_sim *sim;
 static pthread_mutex_t handoff_lock = PTHREAD_MUTEX_INITIALIZER;
 static block handoff[HANDOFF_SLOTS];
 static int handoff_count;
-static int failures;
-static pthread_mutex_t failure_lock = PTHREAD_MUTEX_INITIALIZER;
-
-#define EXPECT(cond, ...)                                                                                      \
-    do {                                                                                                       \
-        if (!(cond)) {                                                                                         \
-            pthread_mutex_lock(&failure_lock);                                                                 \
-            failures++;                                                                                        \
-            fprintf(stderr, "test_threads: %s:%d: ", __FILE__, __LINE__);                                      \
-            fprintf(stderr, __VA_ARGS__);                                                                      \
-            fprintf(stderr, " [%s]\n", gp_last_error());                                                      \
-            pthread_mutex_unlock(&failure_lock);                                                               \
-        }                                                                                                      \
-    } while (0)
 
 static uint64_t next_random(uint64_t *s)
 {
