@@ -1101,3 +1101,26 @@ Test(vmm, a_heap_short_of_address_space_doubles_its_own_and_then_fails_cleanly)
     for (int i = 0; i < 2; i++)
         cr_assert_eq(gp_free(pool, pins[i], others[i]), GP_OK);
 }
+
+/* A reservation that fails (not for want of address space) while the fifth heap falls back: the
+ * request fails with a message and changes nothing (no range, no page, no reservation left behind:
+ * teardown checks the sim), and asked again it gets its range and grows in place. */
+Test(vmm, a_fault_while_reserving_a_smaller_range_changes_nothing)
+{
+    gp_stream others[4];
+    void *pins[4];
+    fill_address_space("device_memory:1GiB,vmm_reserve:16GiB", others, 4, pins);
+    gp_stats before = stats_now();
+    /* the next reservation (16 GiB) is refused for want of space, the one after it (16 MiB) faults */
+    gp_sim_fail_call(sim, 2, GP_SIM_CALL_VA_RESERVE, GP_ERR_DEVICE);
+    void *q = NULL;
+    cr_assert_neq(gp_alloc(pool, &q, 3 * MIB, stream), GP_OK);
+    cr_assert_neq(strlen(gp_last_error()), 0);
+    gp_stats after = stats_now();
+    cr_assert_eq(after.segments, before.segments);
+    cr_assert_eq(after.reserved_bytes, before.reserved_bytes);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    two_blocks_grow_in_place();
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(gp_free(pool, pins[i], others[i]), GP_OK);
+}
