@@ -1032,8 +1032,9 @@ Test(vmm, map_fault_while_aliasing_a_small_page_loses_nothing)
 
 /* ---- address space running short (provider/vmm.c: new_range) ----------------------------------- */
 
-/* The simulated device gives 4 x its memory + 64 GiB of address space; with device_memory:1GiB that
- * is 68 GiB. n streams each take a range of `reserve` with one live block of 4 MiB. */
+/* The simulated device gives 64 x its memory + 64 GiB of address space (sim/sim_vmm.c); with
+ * device_memory:1GiB that is 128 GiB. n streams each take a range of `reserve` with one live block of
+ * 4 MiB. */
 static void fill_address_space(const char *config, gp_stream *others, int n, void **pins)
 {
     open_pool(config);
@@ -1061,13 +1062,13 @@ static uintptr_t two_blocks_grow_in_place(void)
     return (uintptr_t)a;
 }
 
-/* Four ranges of 16 GiB leave 4 GiB: the fifth heap's range reserves twice the largest heap and the
+/* Four ranges of 31 GiB leave 4 GiB: the fifth heap's range reserves twice the largest heap and the
  * request (16 MiB, room for 12 MiB after the two blocks), and grows in place. */
 Test(vmm, a_heap_past_the_address_space_still_grows_in_place)
 {
     gp_stream others[4];
     void *pins[4];
-    fill_address_space("device_memory:1GiB,vmm_reserve:16GiB", others, 4, pins);
+    fill_address_space("device_memory:1GiB,vmm_reserve:31GiB", others, 4, pins);
     uintptr_t first = two_blocks_grow_in_place();
     void *c = alloc_written(12 * MIB, 3);
     cr_assert_eq((uintptr_t)c, first, "12 MiB where the two blocks were, the range grown by 3 pages");
@@ -1078,14 +1079,14 @@ Test(vmm, a_heap_past_the_address_space_still_grows_in_place)
         cr_assert_eq(gp_free(pool, pins[i], others[i]), GP_OK);
 }
 
-/* Two ranges of 34 GiB - 4 MiB leave 8 MiB: too little to double the largest heap (16 MiB), enough
+/* Two ranges of 64 GiB - 4 MiB leave 8 MiB: too little to double the largest heap (16 MiB), enough
  * to double the request (8 MiB), which grows in place; then a request that fits nowhere fails with
  * a message and changes nothing. */
 Test(vmm, a_heap_short_of_address_space_doubles_its_own_and_then_fails_cleanly)
 {
     gp_stream others[2];
     void *pins[2];
-    fill_address_space("device_memory:1GiB,vmm_reserve:34812MiB", others, 2, pins);
+    fill_address_space("device_memory:1GiB,vmm_reserve:65532MiB", others, 2, pins);
     two_blocks_grow_in_place();
     void *keep = alloc_written(6 * MIB, 3); /* the two free blocks coalesced: 6 of the range's 8 MiB */
     gp_stats before = stats_now();
@@ -1109,9 +1110,9 @@ Test(vmm, a_fault_while_reserving_a_smaller_range_changes_nothing)
 {
     gp_stream others[4];
     void *pins[4];
-    fill_address_space("device_memory:1GiB,vmm_reserve:16GiB", others, 4, pins);
+    fill_address_space("device_memory:1GiB,vmm_reserve:31GiB", others, 4, pins);
     gp_stats before = stats_now();
-    /* the next reservation (16 GiB) is refused for want of space, the one after it (16 MiB) faults */
+    /* the next reservation (31 GiB) is refused for want of space, the one after it (16 MiB) faults */
     gp_sim_fail_call(sim, 2, GP_SIM_CALL_VA_RESERVE, GP_ERR_DEVICE);
     void *q = NULL;
     cr_assert_neq(gp_alloc(pool, &q, 3 * MIB, stream), GP_OK);
