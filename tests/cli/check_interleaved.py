@@ -33,8 +33,10 @@ def replay(gpupool, conf, path, device_memory=None):
 
 def main(gpupool, shared, work, first_seed, count):
     tool = os.path.join(shared, 'tools', 'interleave.py')
+    # the traces of real models, and the small top-level one (the LLM traces of 5-52 GiB take minutes
+    # under the sanitizers, which run this test too)
     traces = sorted(glob.glob(os.path.join(shared, 'traces', 'models', '*.csv')) +
-                    [p for p in glob.glob(os.path.join(shared, 'traces', '*.csv')) if 'fullstep' not in p])
+                    glob.glob(os.path.join(shared, 'traces', 'cnn_eor.csv')))
     if len(traces) < 2 or not os.path.exists(tool):
         print(f'skipped: no traces or no tools/interleave.py under {shared}')
         return 77
