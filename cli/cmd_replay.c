@@ -19,7 +19,7 @@
 
 static const char replay_usage[] =
     "usage: gpupool replay [--device-memory SIZE] [--conf CONF] [--repeat N] [--json] [--plot FILE.svg]\n"
-    "                      [--snapshot FILE.pickle [--snapshot-format dict|list]] TRACE...\n"
+    "                      [--check] [--snapshot FILE.pickle [--snapshot-format dict|list]] TRACE...\n"
     "       gpupool replay [--device-memory SIZE] [--conf CONF] [--json] [--snapshot FILE.pickle]\n"
     "                      [--processes] [--speed F]\n"
     "                      --model NAME=TRACE[:max=SIZE][:high=SIZE][:min=SIZE] ...\n"
@@ -35,6 +35,8 @@ static const char replay_usage[] =
     "  --repeat N            replay each trace N times on one pool, freeing what is live in between\n"
     "                        (as a training loop would); time per event is the median over passes\n"
     "  --json                print exactly one JSON object on stdout\n"
+    "  --check               check the pool's invariants (gp_check) after every pass, with what the pass\n"
+    "                        left live and after it is freed; a failed check fails the replay (exit 1)\n"
     "  --plot FILE.svg       draw live and reserved bytes over the replay(s) into FILE.svg\n"
     "  --compare pytorch     also replay each trace under PyTorch's caching-allocator policy (default and\n"
     "                        expandable segments) and print its peak reserved beside gpupool's\n"
@@ -136,6 +138,9 @@ static void print_text(const gp_trace *t, const gp_replay_result *r)
     printf("  failed frees          %llu\n", (unsigned long long)r->failed_frees);
     if (r->first_failure[0])
         printf("  first failure         %s\n", r->first_failure);
+    if (r->check_failures > 0)
+        printf("  failed pool checks    %llu (first: %s)\n", (unsigned long long)r->check_failures,
+               r->first_check_failure);
     double eps = r->host_ns_per_event > 0 ? 1e9 / r->host_ns_per_event : 0.0;
     printf("  host time             %.1f ns/event, median of %u pass%s (%.2f M events/s; first pass %.1f ns)\n",
            r->host_ns_per_event, r->repeats, r->repeats == 1 ? "" : "es", eps / 1e6, r->host_ns_per_event_first);
@@ -184,6 +189,8 @@ static void print_json_trace(FILE *f, const gp_trace *t, const gp_replay_result 
     json_string(f, conf);
     fputs(",\"first_failure\":", f);
     json_string(f, r->first_failure);
+    fprintf(f, ",\"check_failures\":%llu,\"first_check_failure\":", (unsigned long long)r->check_failures);
+    json_string(f, r->first_check_failure);
     fprintf(f, ",\"pool\":%s", r->stats_json[0] ? r->stats_json : "null"); /* the caller closes it */
 }
 
@@ -222,7 +229,7 @@ int gp_cmd_replay(int argc, char **argv)
     const char *plot = NULL;
     const char *compare = NULL;
     unsigned repeat = 1;
-    int json = 0, repeat_given = 0, processes = 0;
+    int json = 0, repeat_given = 0, processes = 0, check = 0;
     double speed = 0;
     const char *snapshot = NULL;
     unsigned snapshot_flags = 0;
@@ -242,6 +249,10 @@ int gp_cmd_replay(int argc, char **argv)
         }
         if (strcmp(a, "--json") == 0) {
             json = 1;
+            continue;
+        }
+        if (strcmp(a, "--check") == 0) {
+            check = 1;
             continue;
         }
         if (strcmp(a, "--processes") == 0) {
@@ -336,9 +347,9 @@ int gp_cmd_replay(int argc, char **argv)
         if (first_trace < argc) {
             fprintf(stderr, "gpupool replay: give traces either as --model NAME=TRACE or plainly, not both\n");
             status = 2;
-        } else if (repeat_given || plot != NULL) {
+        } else if (repeat_given || plot != NULL || check) {
             fprintf(stderr, "gpupool replay: %s does not apply to --model (the models replay once, together)\n",
-                    repeat_given ? "--repeat" : "--plot");
+                    repeat_given ? "--repeat" : plot != NULL ? "--plot" : "--check");
             status = 2;
         } else {
             status = gp_replay_models(model_specs, num_models, dm, conf, json, snapshot, snapshot_flags, processes,
@@ -397,7 +408,7 @@ int gp_cmd_replay(int argc, char **argv)
                     path, trace.double_allocs, trace.double_allocs == 1 ? "" : "s", path,
                     trace.first_double_alloc_line);
         gp_replay_options opt = {.device_memory = dm, .conf = conf, .repeat = repeat, .snapshot = snapshot,
-                                 .snapshot_flags = snapshot_flags};
+                                 .snapshot_flags = snapshot_flags, .check = check};
         gp_replay_result *res = malloc(sizeof *res);
         if (res == NULL) {
             fprintf(stderr, "gpupool replay: out of host memory\n");
@@ -429,6 +440,12 @@ int gp_cmd_replay(int argc, char **argv)
         }
         if (json)
             fputc('}', stdout);
+        if (res->check_failures > 0) {
+            fprintf(stderr, "gpupool replay: %s: %llu pool check%s failed (first: %s)\n", path,
+                    (unsigned long long)res->check_failures, res->check_failures == 1 ? "" : "s",
+                    res->first_check_failure);
+            status = 1;
+        }
         if (res->failed_frees > 0) { /* the blocks stayed live and were freed at each pass's end */
             fprintf(stderr, "gpupool replay: %s: %llu free%s failed (first: %s)\n", path,
                     (unsigned long long)res->failed_frees, res->failed_frees == 1 ? "" : "s", res->first_failure);

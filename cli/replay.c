@@ -160,6 +160,15 @@ static void run_pass_observed(const gp_trace *t, replay_state *s, gp_replay_resu
     }
 }
 
+/* gp_check of the pool (options.check): a failure is counted, the first one's message kept. */
+static void check_pool(replay_state *s, gp_replay_result *r)
+{
+    if (gp_check(s->pool) == GP_OK)
+        return;
+    if (r->check_failures++ == 0)
+        snprintf(r->first_check_failure, sizeof r->first_check_failure, "%s", gp_last_error());
+}
+
 /* Frees what the pass left live, each on the stream it was allocated on. */
 static void free_live(const gp_trace *t, replay_state *s, gp_replay_result *r)
 {
@@ -311,8 +320,12 @@ int gp_replay_run(const gp_trace *trace, const gp_replay_options *options, gp_re
                 goto out;
             }
         }
+        if (o->check)
+            check_pool(&s, r);
         free_live(trace, &s, r);
         gp_sim_synchronize(s.sim);
+        if (o->check)
+            check_pool(&s, r);
         uint64_t calls = device_calls(s.sim) - calls_before_pass;
         uint64_t maps = gp_sim_calls(s.sim, MAP_CALLS) - maps_before_pass;
         if (rep == 0) {

@@ -12,6 +12,7 @@
 #ifndef GP_CLI_REPLAY_H
 #define GP_CLI_REPLAY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,6 +38,9 @@ typedef struct gp_replay_options {
     const char *snapshot;
     unsigned snapshot_flags;
     size_t history_entries;
+    /* When set: gp_check after every pass, once with what the pass left live and once after it is
+     * freed; failures are counted in check_failures, the first one's message kept. */
+    bool check;
 } gp_replay_options;
 
 #define GP_REPLAY_MAX_TIMED_REPEATS 1024u
@@ -72,6 +76,8 @@ typedef struct gp_replay_result {
     double host_ns_per_event_max;
     double host_ns_per_event_first; /* the first (cold) pass */
     char first_failure[256];       /* gp_last_error() of the first failed call, "" if none */
+    uint64_t check_failures;       /* gp_check calls that failed (options.check), all passes */
+    char first_check_failure[256]; /* gp_last_error() of the first one, "" if none */
     char stats_json[8192];         /* gp_stats_json after the last pass, before the pool is destroyed */
 } gp_replay_result;
 

@@ -53,6 +53,7 @@ run 0 replay --help && expect "$out" "usage: gpupool replay" "--help prints the 
 run 2 replay --no-such-option small.csv && expect "$errf" "unknown option --no-such-option" "unknown option"
 run 2 replay --model m=small.csv --repeat 3 && expect "$errf" "--repeat" "--repeat with --model is refused"
 run 2 replay --model m=small.csv --plot x.svg && expect "$errf" "--plot" "--plot with --model is refused"
+run 2 replay --model m=small.csv --check && expect "$errf" "--check" "--check with --model is refused"
 run 2 replay --model a= && expect "$errf" "--model a=: .*trace" "an empty trace path is named"
 refuse "$errf" ": : cannot open" "--model a= must not print an empty path"
 long=$(printf 'n%.0s' $(seq 1 70))

@@ -68,7 +68,7 @@ static const key_spec keys[] = {
     {"loans", KEY_BOOL, FIELD(loans), 0, "on",
      "vmm backends, with alias: past the cache cap, stitch other idle streams' free pages too (loans) and repair idle stitched blocks, rather than moving pages"},
     {"vmm_reserve", KEY_SIZE, FIELD(vmm_reserve), 0, "0",
-     "vmm backends: virtual address space reserved per growing range (0 = the device's memory)"},
+     "vmm backends: virtual address space reserved per growing range (0 = the device's memory; less where the address space is short)"},
     {"release_threshold", KEY_SIZE_OR_NONE, FIELD(release_threshold), 0, "none",
      "cached bytes kept when maintenance runs (gp_maintain, slow paths); none = keep all"},
     {"idle_release", KEY_SECONDS, FIELD(idle_release), 0, "off",

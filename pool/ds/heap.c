@@ -69,6 +69,7 @@ void gp_heap_remove(gp_heap *heap, gp_block *b)
 {
     assert(b->state == GP_BLOCK_FREE);
     unsigned c = b->size_class;
+    assert(b->list_prev != NULL || heap->lists[c] == b); /* b is on this heap's list of its class */
     GP_LIST_REMOVE(heap->lists[c], b, list_prev, list_next);
     if (heap->lists[c] == NULL)
         heap->nonempty[c / 64] &= ~((uint64_t)1 << (c % 64));

@@ -79,8 +79,11 @@ int gp_pending_drain(gp_pool_state *p, gp_stream_state *st)
             gp_event_pool_put(&p->events, events[i]);
             events[i] = NULL;
         }
+        /* Back to the heap, as a completed free: what destroy does next (gp_alias_dissolve: homes
+         * going FREE coalesce with their neighbours) expects every FREE block on its free list. */
         st->pending = b->list_next;
-        b->state = GP_BLOCK_FREE; /* about to be freed with its segment */
+        b->list_prev = b->list_next = NULL;
+        gp_block_to_heap(p, st, b);
     }
     st->pending_tail = NULL;
     st->pending_bytes = 0;

@@ -20,8 +20,8 @@ void gp_pending_collect(gp_pool_state *p, gp_stream_state *st, unsigned limit);
 /* Returns every stream's thread-cached, completed pending and quick-listed blocks to its free lists
  * (coalescing), so that wholly free segments and pages show. Pool lock held, no stream lock. */
 void gp_collect_all_pending(gp_pool_state *p);
-/* Waits for the events of st's pending blocks and returns them to the event pool (destroy only; st
- * locked). GP_OK or the first failure of event_synchronize. */
+/* Waits for the events of st's pending blocks, returns the events to the event pool and the blocks to
+ * st's heap (destroy only; st locked). GP_OK or the first failure of event_synchronize. */
 int gp_pending_drain(gp_pool_state *p, gp_stream_state *st);
 
 /* Inline: the free fast path ends here. A block for a quick list goes on top of the lenders' blocks

@@ -158,7 +158,9 @@ static inline int64_t gp_account_flush(gp_pool_state *p, int64_t *mine, int64_t 
  * Accounts `delta` allocated bytes (+ on hand-out, - on free) to st (locked). The stream's share is
  * exact; the pool's shared total is updated only when the stream's unflushed delta reaches
  * GP_FLUSH_BYTES either way. The peak is raised to the shared total plus this stream's unflushed delta:
- * exact for one stream, and short by less than GP_FLUSH_BYTES per other active stream otherwise.
+ * exact for one stream, and off by less than GP_FLUSH_BYTES per other active stream otherwise, either
+ * way (short while another stream's unflushed delta is positive, over while it is negative: freed
+ * bytes not flushed yet).
  * A stream with blocks in thread caches counts their deltas as its own (gp_account_flush): the shared
  * total, and so every peak and cache cap, moves exactly as it would without the caches (one thread).
  */

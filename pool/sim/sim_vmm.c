@@ -9,8 +9,13 @@
  * memfd (fallocate PUNCH_HOLE), so its contents are gone. Both page sets, physical and virtual, are
  * sim_bitmap.c's first-fit bitmaps.
  *
- * Virtual addresses come from one PROT_NONE, MAP_NORESERVE anonymous region of 4 * capacity + 64 GiB,
- * 2 MiB aligned; a reservation is a first-fit run of its pages. map() puts the handle's pages at the
+ * Virtual addresses come from one PROT_NONE, MAP_NORESERVE anonymous region, 2 MiB aligned, of room
+ * for GPSIM_VA_RANGES reservations of the whole device (capped at GPSIM_VA_MAX, and halved down to 4
+ * such reservations while the host refuses that much); a reservation is a first-fit run of its pages.
+ * A GPU's address space is that of the process (47 bits on x86-64: 128 TiB), so hundreds of ranges of
+ * its whole memory fit, as PyTorch's expandable segments and the pool's ranges reserve; a sim with
+ * room for only a few would make a pool on it fall back to ranges that cannot grow where a GPU would
+ * not. map() puts the handle's pages at the
  * address with one mmap(MAP_SHARED | MAP_FIXED, PROT_NONE) per run of consecutive memfd pages, so a
  * page mapped at two addresses is one page of memory seen twice; unmap() puts fresh PROT_NONE
  * anonymous memory back. The host can touch none of it: kernels open their range while they run
@@ -38,7 +43,10 @@
 #include "base/error.h"
 #include "base/format.h"
 
-#define GPSIM_VA_EXTRA ((size_t)64 << 30)    /* address space beyond 4 * capacity */
+#define GPSIM_VA_EXTRA ((size_t)64 << 30)    /* address space beyond the ranges' room */
+#define GPSIM_VA_RANGES 64                   /* reservations of the whole device the address space holds */
+#define GPSIM_VA_MIN_RANGES 4                /* the least, where the host gives no more */
+#define GPSIM_VA_MAX ((size_t)16 << 40)      /* 16 TiB: an eighth of a 47-bit address space */
 #define GPSIM_CAPACITY_MAX ((size_t)1 << 44) /* 16 TiB, as "sim" */
 #define GPSIM_HANDLE_BASE ((gp_phys)0x7a0000000000ull) /* handle ids: BASE + n, n = 1, 2, ... */
 
@@ -264,9 +272,20 @@ int gpsim_vmm_open(gpsim_vmm *vmm, size_t requested_capacity)
                             gp_format_size(capacity, text), strerror(err));
     }
 
-    size_t span = capacity * 4 + GPSIM_VA_EXTRA;
-    size_t mapped = span + GPSIM_PAGE_SIZE; /* over-map, then trim to a 2 MiB aligned range */
-    void *raw = mmap(NULL, mapped, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    size_t ranges = GPSIM_VA_RANGES, span, mapped;
+    void *raw;
+    for (;;) {
+        span = capacity * ranges + GPSIM_VA_EXTRA;
+        if (span > GPSIM_VA_MAX && ranges > GPSIM_VA_MIN_RANGES) {
+            ranges /= 2;
+            continue;
+        }
+        mapped = span + GPSIM_PAGE_SIZE; /* over-map, then trim to a 2 MiB aligned range */
+        raw = mmap(NULL, mapped, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (raw != MAP_FAILED || ranges <= GPSIM_VA_MIN_RANGES)
+            break;
+        ranges /= 2;
+    }
     if (raw == MAP_FAILED) {
         int err = errno;
         close(fd);

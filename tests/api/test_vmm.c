@@ -1029,3 +1029,99 @@ Test(vmm, map_fault_while_aliasing_a_small_page_loses_nothing)
         teardown();
     }
 }
+
+/* ---- address space running short (provider/vmm.c: new_range) ----------------------------------- */
+
+/* The simulated device gives 64 x its memory + 64 GiB of address space (sim/sim_vmm.c); with
+ * device_memory:1GiB that is 128 GiB. n streams each take a range of `reserve` with one live block of
+ * 4 MiB. */
+static void fill_address_space(const char *config, gp_stream *others, int n, void **pins)
+{
+    open_pool(config);
+    for (int i = 0; i < n; i++) {
+        others[i] = gp_sim_stream_create(sim);
+        cr_assert_eq(gp_alloc(pool, &pins[i], 4 * MIB, others[i]), GP_OK, "%s", gp_last_error());
+    }
+    cr_assert_eq(stats_now().segments, (uint64_t)n);
+}
+
+/* Two 3 MiB blocks on `stream` take 3 pages when the second extends the first's free tail (one
+ * range that can grow), 4 when each gets a range of its own pages (the tail of each one's last page
+ * stranded). */
+static uintptr_t two_blocks_grow_in_place(void)
+{
+    size_t reserved = stats_now().reserved_bytes;
+    void *a = alloc_written(3 * MIB, 1), *b = alloc_written(3 * MIB, 2);
+    cr_assert_eq((uintptr_t)b, (uintptr_t)a + 3 * MIB, "the second block extends the first's range");
+    cr_assert_eq(stats_now().reserved_bytes - reserved, 6 * MIB, "3 pages, no stranded tail");
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    check_pattern(a, 3 * MIB, 1);
+    check_pattern(b, 3 * MIB, 2);
+    cr_assert_eq(gp_free(pool, a, stream), GP_OK);
+    cr_assert_eq(gp_free(pool, b, stream), GP_OK);
+    return (uintptr_t)a;
+}
+
+/* Four ranges of 31 GiB leave 4 GiB: the fifth heap's range reserves twice the largest heap and the
+ * request (16 MiB, room for 12 MiB after the two blocks), and grows in place. */
+Test(vmm, a_heap_past_the_address_space_still_grows_in_place)
+{
+    gp_stream others[4];
+    void *pins[4];
+    fill_address_space("device_memory:1GiB,vmm_reserve:31GiB", others, 4, pins);
+    uintptr_t first = two_blocks_grow_in_place();
+    void *c = alloc_written(12 * MIB, 3);
+    cr_assert_eq((uintptr_t)c, first, "12 MiB where the two blocks were, the range grown by 3 pages");
+    cr_assert_eq(stats_now().segments, 5);
+    check_pattern(c, 12 * MIB, 3);
+    cr_assert_eq(gp_free(pool, c, stream), GP_OK);
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(gp_free(pool, pins[i], others[i]), GP_OK);
+}
+
+/* Two ranges of 64 GiB - 4 MiB leave 8 MiB: too little to double the largest heap (16 MiB), enough
+ * to double the request (8 MiB), which grows in place; then a request that fits nowhere fails with
+ * a message and changes nothing. */
+Test(vmm, a_heap_short_of_address_space_doubles_its_own_and_then_fails_cleanly)
+{
+    gp_stream others[2];
+    void *pins[2];
+    fill_address_space("device_memory:1GiB,vmm_reserve:65532MiB", others, 2, pins);
+    two_blocks_grow_in_place();
+    void *keep = alloc_written(6 * MIB, 3); /* the two free blocks coalesced: 6 of the range's 8 MiB */
+    gp_stats before = stats_now();
+    void *q = NULL;
+    cr_assert_eq(gp_alloc(pool, &q, 6 * MIB, stream), GP_ERR_OOM, "no address space is left");
+    cr_assert_neq(strlen(gp_last_error()), 0);
+    gp_stats after = stats_now();
+    cr_assert_eq(after.reserved_bytes, before.reserved_bytes);
+    cr_assert_eq(after.segments, before.segments);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    check_pattern(keep, 6 * MIB, 3);
+    cr_assert_eq(gp_free(pool, keep, stream), GP_OK);
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(gp_free(pool, pins[i], others[i]), GP_OK);
+}
+
+/* A reservation that fails (not for want of address space) while the fifth heap falls back: the
+ * request fails with a message and changes nothing (no range, no page, no reservation left behind:
+ * teardown checks the sim), and asked again it gets its range and grows in place. */
+Test(vmm, a_fault_while_reserving_a_smaller_range_changes_nothing)
+{
+    gp_stream others[4];
+    void *pins[4];
+    fill_address_space("device_memory:1GiB,vmm_reserve:31GiB", others, 4, pins);
+    gp_stats before = stats_now();
+    /* the next reservation (31 GiB) is refused for want of space, the one after it (16 MiB) faults */
+    gp_sim_fail_call(sim, 2, GP_SIM_CALL_VA_RESERVE, GP_ERR_DEVICE);
+    void *q = NULL;
+    cr_assert_neq(gp_alloc(pool, &q, 3 * MIB, stream), GP_OK);
+    cr_assert_neq(strlen(gp_last_error()), 0);
+    gp_stats after = stats_now();
+    cr_assert_eq(after.segments, before.segments);
+    cr_assert_eq(after.reserved_bytes, before.reserved_bytes);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    two_blocks_grow_in_place();
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(gp_free(pool, pins[i], others[i]), GP_OK);
+}

@@ -240,7 +240,7 @@ Test(sim_vmm, address_space_exhaustion_is_oom)
     void *ctx;
     gp_sim *sim = open_sim(2 * MiB, &ctx);
     gp_devptr va = 0;
-    /* the span is 4 * capacity + 64 GiB */
+    /* the span is 64 * capacity + 64 GiB (64 GiB + 128 MiB here) */
     cr_assert_eq(B->va_reserve(ctx, (size_t)128 << 30, &va), GP_ERR_OOM);
     cr_expect(strstr(gp_last_error(), "out of virtual address space") != NULL, "%s", gp_last_error());
     gp_devptr most = reserve_ok(ctx, (size_t)64 << 30);
