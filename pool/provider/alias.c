@@ -196,13 +196,17 @@ static bool lend_homes(gp_pool_state *p, gp_stream_state *st, gp_segment *r, siz
 
 /*
  * Hands out the n pages from va of st's stitched range r, which lie in one SHADOW block, for a request
- * of `size` on st: foreign homes not held by st are lent first (lend_homes), then, under st's lock,
- * st's own homes (which must be free) become SHADOW, the foreign ones parked with st active, and the
- * pages LIVE. NULL, with nothing changed, when a home is in use, a stream is busy, or host memory is
- * out. Pool lock held, st not locked.
+ * of `size` (rounded `rsize`, more than n - 1 pages) on st: foreign homes not held by st are lent first
+ * (lend_homes), then, under st's lock, st's own homes (which must be free) become SHADOW, the foreign
+ * ones parked with st active, and the pages in use: the request's rsize bytes LIVE, and the rest of the
+ * last page a FREE block of st's large heap (alias.h: the last page's tail). NULL, with nothing
+ * changed, when a home is in use, a stream is busy, or host memory is out. Pool lock held, st not
+ * locked.
  */
-static gp_block *activate(gp_pool_state *p, gp_stream_state *st, gp_segment *r, uintptr_t va, size_t n, size_t size)
+static gp_block *activate(gp_pool_state *p, gp_stream_state *st, gp_segment *r, uintptr_t va, size_t n, size_t rsize,
+                          size_t size)
 {
+    assert(rsize > (n - 1) * p->page && rsize <= n * p->page);
     size_t first = gp_page_index(p, r, va), count = 0;
     lent_page *lent = malloc(n * sizeof *lent);
     if (lent == NULL || !lend_homes(p, st, r, first, n, lent, &count)) {
@@ -227,7 +231,7 @@ static gp_block *activate(gp_pool_state *p, gp_stream_state *st, gp_segment *r, 
     }
     /* the foreign pages in use are the ones lent just now; one more is in use at another slot of st */
     ok = ok && in_use == count;
-    size_t left = 2 * own + 2;
+    size_t left = 2 * own + 3; /* two a home, two to carve the pages, one for the tail */
     gp_block **spare = ok && gp_block_map_reserve(&st->live) ? take_spares(st, left) : NULL;
     if (spare != NULL) {
         for (size_t j = first; j < first + n; j++) {
@@ -239,6 +243,12 @@ static gp_block *activate(gp_pool_state *p, gp_stream_state *st, gp_segment *r, 
         }
         st->parked_bytes -= parked * p->page;
         out = gp_pages_carve(NULL, s, va, n * p->page, spare, &left);
+        if (out->size > rsize) {
+            gp_block *tail = gp_pages_split(out, rsize, spare[--left]);
+            tail->state = GP_BLOCK_FREE;
+            tail->free_since = atomic_load_explicit(&p->coarse_now, memory_order_relaxed);
+            gp_heap_insert(gp_heap_of(st, false), tail);
+        }
         gp_hand_out(p, st, out, size);
         r->last_used = ++p->alias_clock;
         give_spares(st, spare, left);
@@ -248,6 +258,23 @@ static gp_block *activate(gp_pool_state *p, gp_stream_state *st, gp_segment *r, 
         unlend(p, r, lent, count);
     free(lent);
     return out;
+}
+
+/* Page j of owner's (locked) stitched range r, in use at r until now and no longer: own homes are FREE
+ * again at once (one stream's order covers both addresses); a foreign home stays SHADOW, parked with
+ * owner, until it uses the page again, or another stream takes it once owner's work is done
+ * (lend_homes, gp_alias_reclaim): other streams' blocks are not touched on the free path. */
+static void swap_home_back(gp_pool_state *p, gp_stream_state *owner, gp_segment *r, size_t j, uint64_t now)
+{
+    gp_alias_home h = r->homes[j];
+    if (!foreign_home(r, h)) {
+        unshadow_home(p, h.seg, home_va(p, h), now);
+        return;
+    }
+    gp_alias_loan *l = loan_of(h);
+    assert(l->holder == owner && l->active);
+    l->active = false;
+    owner->parked_bytes += p->page; /* cached memory: in use nowhere now */
 }
 
 bool gp_alias_release(gp_pool_state *p, gp_stream_state *owner, gp_block *b)
@@ -260,22 +287,9 @@ bool gp_alias_release(gp_pool_state *p, gp_stream_state *owner, gp_block *b)
     for (size_t j = 0; j < n; j++)
         if (r->homes[first + j].seg == NULL)
             return false; /* a page of its own (a pause made it so): an ordinary free */
-    /* Own homes are FREE again at once (one stream's order covers both addresses); a foreign home stays
-     * SHADOW, parked with this stream, until it uses the page again, or another stream takes it once
-     * this stream's work is done (lend_homes, gp_alias_reclaim): other streams' blocks are not touched
-     * here. */
     uint64_t now = atomic_load_explicit(&p->coarse_now, memory_order_relaxed);
-    for (size_t j = 0; j < n; j++) {
-        gp_alias_home h = r->homes[first + j];
-        if (!foreign_home(r, h)) {
-            unshadow_home(p, h.seg, home_va(p, h), now);
-            continue;
-        }
-        gp_alias_loan *l = loan_of(h);
-        assert(l->holder == owner && l->active);
-        l->active = false;
-        owner->parked_bytes += p->page; /* cached memory: in use nowhere now */
-    }
+    for (size_t j = 0; j < n; j++)
+        swap_home_back(p, owner, r, first + j, now);
     b->state = GP_BLOCK_SHADOW;
     b->requested = 0;
     gp_block_drop_uses(b);
@@ -352,7 +366,7 @@ gp_block *gp_alias_take(gp_pool_state *p, gp_stream_state *st, size_t rsize, siz
         qsort(c, count, sizeof *c, fewer_checks_first);
     gp_block *out = NULL;
     for (size_t k = 0; k < count && out == NULL; k++)
-        out = activate(p, st, c[k].range, c[k].va, n, size);
+        out = activate(p, st, c[k].range, c[k].va, n, rsize, size);
     free(c);
     return out;
 }
@@ -659,7 +673,7 @@ static int fill_slot(gp_pool_state *p, gp_segment *r, size_t j, const candidate 
  * Pool lock held, st not locked.
  */
 static gp_block *repair(gp_pool_state *p, gp_stream_state *st, const candidate *c, size_t count, size_t n,
-                        size_t size)
+                        size_t rsize, size_t size)
 {
     assert(count > 0);
     candidate *sorted = malloc(count * sizeof *sorted);
@@ -731,7 +745,7 @@ static gp_block *repair(gp_pool_state *p, gp_stream_state *st, const candidate *
     pthread_mutex_unlock(&st->lock);
     free(sorted);
     if (ready)
-        out = activate(p, st, best, best_va, n, size);
+        out = activate(p, st, best, best_va, n, rsize, size);
     return out;
 }
 
@@ -778,7 +792,7 @@ gp_block *gp_alias_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, s
     if (ok && count > 1)
         qsort(c, count, sizeof *c, own_then_smaller_block_first);
     if (ok && lend)
-        out = repair(p, st, c, count, n, size);
+        out = repair(p, st, c, count, n, rsize, size);
     if (out == NULL && ok && count >= n) {
         size_t mapped = 0;
         int rc = GP_OK;
@@ -789,7 +803,7 @@ gp_block *gp_alias_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, s
         bound_aliases(p, st, n - foreign, foreign);
         gp_segment *r = new_stitched_range(p, st, c, n, &mapped, &rc);
         pthread_mutex_unlock(&st->lock);
-        if (r != NULL && mapped == n && (out = activate(p, st, r, r->addr, n, size)) != NULL)
+        if (r != NULL && mapped == n && (out = activate(p, st, r, r->addr, n, rsize, size)) != NULL)
             atomic_fetch_add(&p->num_stitches, 1);
     }
     free(c);
@@ -1032,7 +1046,7 @@ const char *gp_alias_check(const gp_pool_state *p, const gp_segment *seg)
  * small heap uses the alias, exactly as for a stitched block (alias.h). When every small block in that
  * page has been freed and coalesced (one FREE block covers the page: nothing in it is live, pending,
  * quick-listed or lent to a thread cache, as those are blocks of their own), the roles swap back with
- * no device call (gp_alias_small_settle): the alias becomes an idle SHADOW slot, which is on no free
+ * no device call (gp_alias_settle): the alias becomes an idle SHADOW slot, which is on no free
  * list, and the home is FREE in the large heap again, for its peak. The small heap's next growth first
  * looks for an idle slot whose home is free (no map call), and aliases a new page only when none is.
  * Memory is counted once, at home, so reserved memory does not rise.
@@ -1232,10 +1246,12 @@ gp_block *gp_alias_small_grow(gp_pool_state *p, gp_stream_state *st, size_t rsiz
     return lent ? gp_provider_take(p, st, NULL, true, rsize, size) : NULL;
 }
 
-bool gp_alias_small_settle(gp_pool_state *p, gp_stream_state *owner, gp_block *m)
+bool gp_alias_settle(gp_pool_state *p, gp_stream_state *owner, gp_block *m)
 {
     gp_segment *r = m->segment;
-    assert(r->stitched && r->small && m->state == GP_BLOCK_FREE);
+    assert(r->stitched && r->owner == owner && m->state == GP_BLOCK_FREE);
+    if (r->aliased == 0)
+        return false;
     bool changed = false;
     uintptr_t end = r->addr + (m->addr + m->size - r->addr) / p->page * p->page;
     for (uintptr_t va = r->addr + gp_div_up(m->addr - r->addr, p->page) * p->page; va < end;) {
@@ -1249,15 +1265,13 @@ bool gp_alias_small_settle(gp_pool_state *p, gp_stream_state *owner, gp_block *m
             n++;
         gp_block *spare[2] = {gp_block_new(&owner->blocks), gp_block_new(&owner->blocks)};
         size_t left = 2;
-        if (spare[0] != NULL && spare[1] != NULL) { /* else the pages stay lent: correct, only held */
-            gp_heap *heap = gp_heap_of(owner, true);
+        if (spare[0] != NULL && spare[1] != NULL) { /* else the pages stay in use here: correct, only held */
+            gp_heap *heap = gp_heap_of(owner, r->small);
             gp_heap_remove(heap, m);
             gp_block *mid = gp_pages_carve(heap, m, va, n * p->page, spare, &left);
             uint64_t now = atomic_load_explicit(&p->coarse_now, memory_order_relaxed);
-            for (size_t k = 0; k < n; k++) {
-                gp_alias_home h = r->homes[j + k];
-                unshadow_home(p, h.seg, home_va(p, h), now);
-            }
+            for (size_t k = 0; k < n; k++)
+                swap_home_back(p, owner, r, j + k, now);
             mid->state = GP_BLOCK_SHADOW;
             gp_pages_merge(&owner->blocks, mid);
             changed = true;
@@ -1284,7 +1298,7 @@ void gp_alias_small_reclaim(gp_pool_state *p, gp_stream_state *st)
             again = false;
             for (gp_block *b = r->first; b != NULL && !again; b = b->next)
                 if (b->size >= p->page && b->state == GP_BLOCK_FREE)
-                    again = gp_alias_small_settle(p, st, b);
+                    again = gp_alias_settle(p, st, b);
         }
     }
 }

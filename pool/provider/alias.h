@@ -23,6 +23,16 @@
  * Only when none fits does it stitch a new one (gp_alias_stitch: map calls, no new memory), before
  * any growth. Memory is counted once, at home: aliasing never raises reserved bytes.
  *
+ * The last page's tail. A stitched block is whole pages, and a request rarely is: the part of its
+ * last page past the request (on average half a page a block) is handed out as a FREE block of the
+ * stream's large heap, in the stitched range, instead of with the request. Where several stitched
+ * blocks are live at once (several streams, whose pages move between them by stitching) those tails
+ * add up to pages: handed out with the requests, they were memory allocated and unused. A page of a
+ * stitched range is in use at its alias while any of it is LIVE or FREE there (its home SHADOW), and
+ * goes home when one FREE block covers it again (gp_alias_settle on the free path, as for the small
+ * ranges below), so that a FREE block of a stitched range never holds a whole page with a home but
+ * where host memory for block metadata ran out.
+ *
  * Stream order. A stream's own homes and their aliases belong to its heap, so a page used at either
  * address is used in that stream's order, as any reuse on the stream is (api/free.c).
  *
@@ -72,7 +82,7 @@
  *     their sum; a stitched range's `aliased` counts its pages with a home;
  *   - mapped_bytes counts a page at its home only (a stitched range: the pages it owns).
  *
- * Locks: the pool lock for everything but gp_alias_release and gp_alias_small_settle (the free path:
+ * Locks: the pool lock for everything but gp_alias_release and gp_alias_settle (the free path:
  * the owner's lock only, which guards every block of the owner's ranges, its own homes and stitched
  * alike; a loan's fields are the pool lock's; neither changes an UNMAPPED block or an alias count).
  * Stream locks are taken one at a time, except that unmapping a loaned page's slot (gp_alias_unshare,
@@ -134,12 +144,12 @@ int gp_alias_dissolve(gp_pool_state *p, const gp_tenant *only);
  * lock held, st not locked. */
 gp_block *gp_alias_small_grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t size);
 
-/* The FREE block m (on the small heap) of a small stitched range of owner (locked): every whole page in
- * it that has a home swaps back, without a device call (it becomes an idle SHADOW slot, its home FREE
- * in the large heap). True when one did. */
-bool gp_alias_small_settle(gp_pool_state *p, gp_stream_state *owner, gp_block *m);
+/* The FREE block m (on its heap) of a stitched range of owner (locked), small or large: every whole page
+ * in it that has a home swaps back, without a device call (it becomes an idle SHADOW slot, its home
+ * FREE in the large heap, or parked with owner when it is another stream's). True when one did. */
+bool gp_alias_settle(gp_pool_state *p, gp_stream_state *owner, gp_block *m);
 
-/* gp_alias_small_settle over every FREE block of st's small stitched ranges (st locked; its quick lists
+/* gp_alias_settle over every FREE block of st's small stitched ranges (st locked; its quick lists
  * and thread caches flushed first by the caller, so that wholly free pages show). */
 void gp_alias_small_reclaim(gp_pool_state *p, gp_stream_state *st);
 

@@ -44,9 +44,10 @@ static inline void gp_block_to_heap(gp_pool_state *p, gp_stream_state *owner, gp
         return;
     gp_block *merged = gp_heap_release(heap, &owner->blocks, b);
     merged->free_since = now;
-    /* A small stitched range's page that is wholly free now swaps back to its home (alias.c) */
-    if (merged->segment->stitched && merged->segment->small && merged->size >= p->page)
-        gp_alias_small_settle(p, owner, merged);
+    /* A stitched range's page that is wholly free now swaps back to its home (alias.h: a block that
+     * was not whole pages, such as a stitched block's tail, or a small block) */
+    if (merged->segment->stitched && merged->size >= p->page)
+        gp_alias_settle(p, owner, merged);
 }
 
 #endif /* GP_PENDING_H */

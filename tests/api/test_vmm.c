@@ -601,6 +601,115 @@ Test(vmm, pause_and_resume_of_a_tenant_holding_a_stitched_block)
     cr_assert_eq(gp_free(pool, pins[1], stream), GP_OK);
 }
 
+/* A stitched block of 79 MiB over the two holes' 40 pages: the last page's last MiB is not handed out
+ * with it (provider/alias.h: the last page's tail) but stays free in the stream's heap, where the
+ * next 1 MiB request finds it, with no new memory and no map call. Freed, the block's whole pages go
+ * home while the tail's request still holds the last page at the alias; once that is freed too, the
+ * stitched range is idle again and the next 79 MiB request takes it with no map call. A trim while
+ * the tail is live leaves it alone. */
+Test(vmm, a_stitched_blocks_last_page_tail_serves_the_next_request)
+{
+    open_pool(ALIAS_CONFIG);
+    void *pins[2], *hole[2];
+    two_holes_at(pins, hole);
+    void *big = alloc_written(2 * H - MIB, 99);
+    gp_stats s = stats_now();
+    cr_assert_eq(s.reserved_bytes, 4 * H, "the holes' pages, no new memory");
+    cr_assert_eq(s.allocated_bytes, 2 * H + (2 * H - MIB), "the block counts its 79 MiB, not 80");
+    uint64_t maps0 = maps(), creates = gp_sim_calls(sim, GP_SIM_CALL_PHYS_CREATE);
+    void *tail = alloc_written(MIB, 98);
+    cr_assert_eq((uintptr_t)tail, (uintptr_t)big + 2 * H - MIB, "1 MiB in the stitched block's last page");
+    cr_assert_eq(stats_now().reserved_bytes, 4 * H);
+    cr_assert_eq(maps(), maps0);
+    cr_assert_eq(gp_sim_calls(sim, GP_SIM_CALL_PHYS_CREATE), creates);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    check_pattern(big, 2 * H - MIB, 99);
+    cr_assert_eq(gp_free(pool, big, stream), GP_OK);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    /* 39 pages went home: one hole is wholly free there again (the other holds the tail's page) */
+    void *again = alloc_written(H, 20);
+    cr_assert(again == hole[0] || again == hole[1], "a 40 MiB request lands in a hole at home");
+    check_pattern(again, H, 20);
+    cr_assert_eq(gp_free(pool, again, stream), GP_OK);
+    gp_sim_synchronize(sim);
+    size_t released = 0;
+    cr_assert_eq(gp_trim(pool, 0, &released), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    check_pattern(tail, MIB, 98);
+    cr_assert_eq(gp_free(pool, tail, stream), GP_OK);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    if (released == 0) { /* the trim kept the homes: the stitched range serves 79 MiB again */
+        uint64_t maps1 = maps();
+        void *big2 = alloc_written(2 * H - MIB, 97);
+        cr_assert_eq(big2, big, "the stitched range is handed out again");
+        cr_assert_eq(maps(), maps1, "with no map call");
+        check_pattern(big2, 2 * H - MIB, 97);
+        cr_assert_eq(gp_free(pool, big2, stream), GP_OK);
+    }
+    cr_assert_eq(gp_free(pool, pins[0], stream), GP_OK);
+    cr_assert_eq(gp_free(pool, pins[1], stream), GP_OK);
+}
+
+/* The same without a trim, over three steps: the block and its tail's request, freed in either order,
+ * leave the stitched range idle, and every step after the first maps nothing. */
+Test(vmm, a_stitched_block_and_its_tails_request_repeat_with_no_map_calls)
+{
+    open_pool(ALIAS_CONFIG);
+    void *pins[2], *hole[2];
+    two_holes_at(pins, hole);
+    void *first = NULL;
+    uint64_t maps1 = 0;
+    for (int step = 0; step < 4; step++) {
+        void *big = alloc_written(2 * H - MIB, 90 + step);
+        void *tail = alloc_written(MIB, 80 + step);
+        if (step == 0) {
+            first = big;
+            maps1 = maps();
+        }
+        cr_assert_eq(big, first, "step %d: the same stitched range", step);
+        cr_assert_eq((uintptr_t)tail, (uintptr_t)big + 2 * H - MIB, "step %d: the tail in its last page", step);
+        check_pattern(big, 2 * H - MIB, 90 + step);
+        check_pattern(tail, MIB, 80 + step);
+        cr_assert_eq(gp_free(pool, step % 2 ? tail : big, stream), GP_OK);
+        cr_assert_eq(gp_free(pool, step % 2 ? big : tail, stream), GP_OK);
+        cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    }
+    cr_assert_eq(maps(), maps1, "steps after the first map nothing");
+    cr_assert_eq(stats_now().reserved_bytes_peak, 4 * H);
+    cr_assert_eq(gp_free(pool, pins[0], stream), GP_OK);
+    cr_assert_eq(gp_free(pool, pins[1], stream), GP_OK);
+}
+
+/* A pause while the tail's request holds the stitched block's last page (the block itself freed):
+ * every page gets one address, each goes back once, and resume restores the tail's contents. */
+Test(vmm, pause_and_resume_with_a_stitched_blocks_tail_live)
+{
+    open_pool(ALIAS_CONFIG);
+    gp_tenant_limits l = {0};
+    cr_assert_eq(gp_tenant_create(pool, "t", &l), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_tenant_bind_stream(pool, "t", stream), GP_OK, "%s", gp_last_error());
+    void *pins[2], *hole[2];
+    two_holes_at(pins, hole);
+    void *big = alloc_written(2 * H - MIB, 99);
+    void *tail = alloc_written(MIB, 98);
+    check_pattern(big, 2 * H - MIB, 99);
+    cr_assert_eq(gp_free(pool, big, stream), GP_OK);
+    gp_sim_synchronize(sim);
+    cr_assert_eq(gp_tenant_pause(pool, "t", GP_PAUSE_KEEP_CONTENTS), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(stats_now().reserved_bytes, 0, "every page went back exactly once");
+    cr_assert_eq(gp_tenant_resume(pool, "t"), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    check_pattern(pins[0], H, 11);
+    check_pattern(pins[1], H, 13);
+    check_pattern(tail, MIB, 98);
+    gp_sim_synchronize(sim);
+    cr_assert_eq(gp_free(pool, tail, stream), GP_OK);
+    cr_assert_eq(gp_free(pool, pins[0], stream), GP_OK);
+    cr_assert_eq(gp_free(pool, pins[1], stream), GP_OK);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+}
+
 /* A map that fails while a stitched range is made loses nothing: the request is served by moving the
  * pages instead (or fails with a message), the pool checks, contents are intact, and the sim's ledger
  * is clean at teardown. */
