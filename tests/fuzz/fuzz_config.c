@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/config.h"
 #include "base/error.h"
@@ -106,15 +107,27 @@ static void pool_round_trip(const char *text, const gp_config *cfg, bool vmm)
     gp_sim_release(sim);
 }
 
-/* pool_round_trip on a ledger no earlier input left behind (see the header). */
+/* pool_round_trip on a ledger no earlier input left behind (see the header). A named ledger is renamed
+ * this process's own (",ledger:fuzz-PID" appended, where the string still parses so): two campaigns at
+ * once on one machine (two clones' test runs) would otherwise unlink and attach each other's ledgers.
+ * The input's own name was validated above, and every name takes the same attach path. */
 static void try_pool(const char *text, const gp_config *cfg, bool vmm)
 {
-    char shm[GP_LEDGER_NAME_MAX] = "";
+    char shm[GP_LEDGER_NAME_MAX] = "", own[4096 + 64];
+    const char *use = text, *name = cfg->ledger;
+    gp_config renamed;
     if (strcmp(cfg->ledger, "off") != 0) {
-        CHECK(gp_ledger_shm_name(cfg->ledger, 0, shm) == GP_OK, "a validated ledger name has no shm name");
+        snprintf(own, sizeof own, "%s,ledger:fuzz-%ld", text, (long)getpid());
+        gp_config_defaults(&renamed);
+        if (gp_config_apply(&renamed, own, "fuzz") == GP_OK && gp_config_validate(&renamed) == GP_OK &&
+            strncmp(renamed.ledger, "fuzz-", 5) == 0) {
+            use = own;
+            name = renamed.ledger;
+        }
+        CHECK(gp_ledger_shm_name(name, 0, shm) == GP_OK, "a validated ledger name has no shm name");
         gp_ledger_unlink(shm);
     }
-    pool_round_trip(text, cfg, vmm);
+    pool_round_trip(use, cfg, vmm);
     if (shm[0] != '\0')
         gp_ledger_unlink(shm);
 }
