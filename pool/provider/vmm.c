@@ -127,9 +127,18 @@ static gp_block *growth_spot(gp_pool_state *p, gp_stream_state *st, size_t rsize
             seg->mapped_bytes == seg->size)
             continue;
         for (gp_block *b = seg->first; b != NULL; b = b->next) {
-            if (b->state != GP_BLOCK_UNMAPPED)
+            /* Sizes before states: a block lent to a thread cache (under GP_QUICK_CLASSES granules,
+             * its size never written) has its state written by that thread without st's lock
+             * (provider/thread_cache.h). An UNMAPPED block is whole pages; a block before it small
+             * enough to be a thread's is taken as not extending the frontier (at most one page more
+             * grown, where the request's last bytes would have fitted in it; no figure of
+             * bench/RESULTS.md moves). */
+            if (b->size < p->page || b->state != GP_BLOCK_UNMAPPED)
                 continue;
-            size_t before = b->prev != NULL && b->prev->state == GP_BLOCK_FREE ? b->prev->size : 0;
+            const gp_block *left = b->prev;
+            bool extends =
+                left != NULL && left->size >= GP_QUICK_CLASSES * GP_GRANULE && left->state == GP_BLOCK_FREE;
+            size_t before = extends ? left->size : 0;
             size_t need = rsize > before ? gp_div_up(rsize - before, p->page) : 1;
             if (need * p->page <= b->size && need < *pages) {
                 spot = b;
