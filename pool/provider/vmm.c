@@ -68,12 +68,13 @@ static size_t largest_heap(const gp_pool_state *p, bool small)
  * A new range of at least `bytes` for st's heap of kind `small`: reserved, nothing mapped.
  *
  * A range reserves the device's whole memory (vmm_reserve), so that one heap can grow in place up to
- * any peak. The address space is finite, though (the simulated device gives four times its memory and
- * 64 GiB more), and every stream has a small and a large heap, plus a stitched range per layout: four
- * heaps use it up with their first ranges. Past that, a range that reserved only the request's pages,
- * as it did, cannot grow: the tail of its last page stays free beside the block as long as the block
- * lives, and every further miss of that heap makes another such range with its own stranded tail. On
- * three replicas of one training step (three streams, six heaps), 210 MiB of 3.7 GiB reserved sat in
+ * any peak. The address space is finite, though (a process's, or a ulimit's; the simulated device's
+ * room for 64 such ranges), and every stream has a small and a large heap, plus a stitched range per
+ * layout: enough heaps use it up with their first ranges. Past that, a range that reserved only the
+ * request's pages, as it did, cannot grow: the tail of its last page stays free beside the block as
+ * long as the block lives, and every further miss of that heap makes another such range with its own
+ * stranded tail. On three replicas of one training step (three streams, six heaps) on an address
+ * space of room for four such ranges (the simulator's before), 210 MiB of 3.7 GiB reserved sat in
  * those tails when reserved peaked, free and usable by no request; the cache cap cannot see them, as
  * no page of them is whole.
  *
@@ -149,16 +150,20 @@ static gp_block *growth_spot(gp_pool_state *p, gp_stream_state *st, size_t rsize
     return spot;
 }
 
-/* growth_spot, or, for a growth of exactly `exact` pages (non-zero), the spot growth_spot finds where
- * they all fit (*pages = exact); NULL for a new range. st locked. */
-static gp_block *exact_spot(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small, size_t exact,
-                            size_t *pages)
+/* Where st's heap of kind `small` grows for rsize (growth_spot; NULL: in a new range) and, in *pages,
+ * how many pages that growth maps: `exact` when non-zero (the spot then only where they all fit), else
+ * growth_spot's count, or the request's pages for a new range. st locked. */
+static gp_block *growth_plan(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small, size_t exact,
+                             size_t *pages)
 {
     gp_block *spot = growth_spot(p, st, rsize, small, pages);
-    if (exact == 0)
-        return spot;
-    *pages = exact;
-    return spot != NULL && spot->size >= exact * p->page ? spot : NULL;
+    if (exact != 0) {
+        *pages = exact;
+        return spot != NULL && spot->size >= exact * p->page ? spot : NULL;
+    }
+    if (spot == NULL)
+        *pages = gp_div_up(rsize, p->page);
+    return spot;
 }
 
 /*
@@ -211,10 +216,8 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small,
     int rc = GP_OK;
     for (;;) {
         pthread_mutex_lock(&st->lock);
-        spot = exact_spot(p, st, rsize, small, exact, &pages);
+        spot = growth_plan(p, st, rsize, small, exact, &pages);
         pthread_mutex_unlock(&st->lock);
-        if (spot == NULL)
-            pages = exact != 0 ? exact : gp_div_up(rsize, p->page);
         if (pages <= admitted)
             break;
         rc = gp_provider_admit(p, st->tenant, pages * p->page, rsize);
@@ -230,10 +233,8 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small,
     if (p->ledger != NULL) {
         /* The charge may have given this pool's free pages back (to make room): find the spot again. */
         pthread_mutex_lock(&st->lock);
-        spot = exact_spot(p, st, rsize, small, exact, &pages);
+        spot = growth_plan(p, st, rsize, small, exact, &pages);
         pthread_mutex_unlock(&st->lock);
-        if (spot == NULL)
-            pages = exact != 0 ? exact : gp_div_up(rsize, p->page);
         if (pages * p->page > charged) {
             rc = gp_pool_ledger_charge(p, st->tenant, 0, pages * p->page - charged, false);
             if (rc != GP_OK) {
@@ -407,9 +408,9 @@ static bool stitching_pays(gp_pool_state *p, gp_stream_state *st, size_t rsize)
 {
     size_t need = 0;
     pthread_mutex_lock(&st->lock);
-    const gp_block *spot = growth_spot(p, st, rsize, false, &need);
+    (void)growth_plan(p, st, rsize, false, 0, &need); /* a new range needs every page */
     pthread_mutex_unlock(&st->lock);
-    return spot == NULL || need >= gp_div_up(rsize, p->page);
+    return need >= gp_div_up(rsize, p->page);
 }
 
 /*
@@ -423,10 +424,8 @@ static bool growth_passes_cap(gp_pool_state *p, gp_stream_state *st, size_t rsiz
 {
     size_t need = 0;
     pthread_mutex_lock(&st->lock);
-    const gp_block *spot = growth_spot(p, st, rsize, small, &need);
+    (void)growth_plan(p, st, rsize, small, 0, &need);
     pthread_mutex_unlock(&st->lock);
-    if (spot == NULL)
-        need = gp_div_up(rsize, p->page);
     size_t cap = gp_cache_cap(&p->cfg, gp_allocated_estimate(p), atomic_load(&p->allocated_peak), rsize);
     size_t fresh = need > p->pooled_count ? need - p->pooled_count : 0;
     return cap != SIZE_MAX && atomic_load(&p->reserved) + fresh * p->page > cap;
