@@ -396,21 +396,38 @@ static gp_block *borrow(gp_pool_state *p, gp_stream_state *st, size_t rsize, siz
 }
 
 /*
- * Whether a new stitched range should serve a request of rsize on st rather than growth in place: a
- * stitched block takes whole free pages (all of the request's pages, the tail of its last one lost
- * while it lives) out of what the requests after it can use, while growth that extends the FREE
- * block at the end of a range adds only the pages that block lacks and wastes nothing. Where that
- * block already holds part of the request, growth needs fewer pages than the stitched block would
- * take, so it leaves more free memory for the rest of the step; stitching pays where growth would
- * need every page of the request anew. A comparison of two page counts from the layout, no constant.
+ * Whether a new stitched range should serve a request of rsize on st rather than growth in place.
+ *
+ * A stitched block takes whole free pages (all of the request's pages) out of the holes that the
+ * requests after it could use, while growth that extends the FREE block at the end of a range adds only
+ * the pages that block lacks. Where that block already holds part of the request, growth needs fewer
+ * pages than the stitched block would take and leaves the holes to the rest of the step; stitching pays
+ * where growth would need every page of the request anew.
+ *
+ * Except where the growth would make new memory past the pool's high-water mark (reserved_peak) while
+ * st's own whole free pages hold the whole request. Then growth raises the peak now, for certain, by
+ * the pages it makes, and that peak is what the device must hold, what a neighbour on the GPU cannot
+ * have, and what every figure counts; stitching makes no memory at all. What it costs is uncertain:
+ * the later requests that would have filled the holes may grow instead, and they raise the peak only
+ * where that growth comes at a live level at least as high as this one while the stitched block lives.
+ * Past this point of a step the live level falls, past the cache cap growth moves free pages rather
+ * than making them, and in the next step the stitched range serves again (alias.h).
+ * Measured on the 27 workloads of bench/RESULTS.md: no single-stream trace worse, gpt_train_s64 1.038
+ * -> 1.011 and lstm_varlen_train 1.038 -> 1.029 (its last pass then maps nothing; nor does
+ * fasterrcnn_serve's); on several streams more workloads better than worse, a few worse by up to 0.016
+ * (bench/RESULTS.md). Both rules compare page counts from the layout; no constant.
  */
 static bool stitching_pays(gp_pool_state *p, gp_stream_state *st, size_t rsize)
 {
-    size_t need = 0;
+    size_t need = 0, n = gp_div_up(rsize, p->page);
     pthread_mutex_lock(&st->lock);
     (void)growth_plan(p, st, rsize, false, 0, &need); /* a new range needs every page */
     pthread_mutex_unlock(&st->lock);
-    return need >= gp_div_up(rsize, p->page);
+    if (need >= n)
+        return true;
+    size_t fresh = need > p->pooled_count ? need - p->pooled_count : 0; /* pooled pages are no new memory */
+    return atomic_load(&p->reserved) + fresh * p->page > atomic_load(&p->reserved_peak) &&
+           gp_alias_free_pages(p, st) >= n;
 }
 
 /*

@@ -789,6 +789,49 @@ Test(vmm, a_request_past_the_free_pages_grows_only_what_they_lack)
     cr_assert_eq(gp_free(pool, pins[1], stream), GP_OK);
 }
 
+/* A request whose growth in place would need fewer pages than it has (the FREE block at the range's
+ * end holds part of it) but would make new memory past the pool's high-water mark, while the stream's
+ * own whole free pages hold all of it: it is stitched from them (vmm.c stitching_pays), so reserved
+ * memory does not grow; the next step is served by the same stitched range with no map call. */
+Test(vmm, growth_past_the_peak_stitches_the_streams_free_pages_instead)
+{
+    open_pool(PARTIAL_CONFIG ",cache_slack:1"); /* a cap far away: growth would make memory */
+    void *hole[2], *pins[2];
+    hole[0] = alloc_written(H, 10);
+    pins[0] = alloc_written(H, 11);
+    hole[1] = alloc_written(H, 12);
+    pins[1] = alloc_written(H, 13);
+    void *tail = alloc_written(H / 2, 14);
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(gp_free(pool, hole[i], stream), GP_OK);
+    cr_assert_eq(gp_free(pool, tail, stream), GP_OK); /* a FREE block at the range's end */
+    gp_stats before = stats_now();
+    cr_assert_eq(before.reserved_bytes, 4 * H + H / 2);
+    cr_assert_eq(before.reserved_bytes_peak, before.reserved_bytes, "the pool is at its high-water mark");
+    void *big = alloc_written(3 * H / 2, 99); /* growth would extend the 20 MiB end block by 40 MiB */
+    gp_stats after = stats_now();
+    cr_assert_eq(after.reserved_bytes, 4 * H + H / 2, "no new memory: the holes' pages serve it (reserved %zu)",
+                 (size_t)after.reserved_bytes);
+    cr_assert_eq(after.num_stitches, before.num_stitches + 1);
+    gp_sim_report r;
+    gp_sim_get_report(sim, &r);
+    cr_assert_eq(r.allocated_peak, 4 * H + H / 2, "the sim's physical peak agrees");
+    check_pattern(pins[0], H, 11);
+    check_pattern(pins[1], H, 13);
+    check_pattern(big, 3 * H / 2, 99);
+    cr_assert_eq(gp_free(pool, big, stream), GP_OK);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    uint64_t maps1 = maps();
+    void *again = alloc_written(3 * H / 2, 98);
+    cr_assert_eq(again, big, "the stitched range is handed out again");
+    cr_assert_eq(maps(), maps1, "with no map call");
+    check_pattern(again, 3 * H / 2, 98);
+    cr_assert_eq(gp_free(pool, again, stream), GP_OK);
+    cr_assert_eq(stats_now().reserved_bytes_peak, 4 * H + H / 2);
+    cr_assert_eq(gp_free(pool, pins[0], stream), GP_OK);
+    cr_assert_eq(gp_free(pool, pins[1], stream), GP_OK);
+}
+
 /* A request of 200 MiB over the same 80 MiB of free pages is mostly new memory: it grows in place
  * (the 100 pages mapped once each, no alias slot), leaving the holes to the requests they fit. */
 Test(vmm, a_request_mostly_of_new_pages_grows_in_place)
