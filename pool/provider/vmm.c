@@ -831,6 +831,7 @@ static gp_phys unmapped_page(gp_pool_state *p, gp_segment *seg, size_t i)
 int gp_vmm_resume_range(gp_pool_state *p, gp_segment *seg, gp_held_page *mapped, size_t *nmapped, size_t room)
 {
     assert(seg->paused); /* it stays paused until the whole resume commits (gp_vmm_unpause_range) */
+    (void)room; /* read by the assertion below only */
     size_t pages = seg->size / p->page;
     for (size_t i = 0; i < pages; i++) {
         if (seg->pages[i] != GP_PHYS_NONE || !page_in_use(seg, seg->addr + i * p->page))
