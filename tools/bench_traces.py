@@ -9,6 +9,9 @@ any further folders or files given on the command line, it runs
     build/gpupool replay --json --repeat 3 --conf backend:sim-vmm   (gpupool on virtual memory)
     ../shared/tools/pytorch_policy_model.py --json [--expandable]   (PyTorch default / expandable)
 
+the models on the same 3 passes (the trace three times over, what a pass leaves live freed at its
+end, as replay --repeat does: repeated_csv), so that every column reports the same work,
+
 and prints one row per trace: peak live, the page floor (peak live in 512 B granules, in whole 2 MiB
 pages), reserved/live of the four, device and map calls in the last pass, failed allocations and the
 modelled warm-up device time of sim-vmm's first pass (see cli/replay.c: call counts times published
@@ -31,6 +34,7 @@ Usage: tools/bench_traces.py [--gpupool build/gpupool] [--repeat 3] [--conf CONF
 """
 import argparse
 import concurrent.futures
+import csv
 import glob
 import gzip
 import hashlib
@@ -76,21 +80,67 @@ def plain_csv(path, tmpdir):
     return out
 
 
+def repeated_csv(path, passes, tmpdir):
+    """The trace `passes` times over, as gpupool replay --repeat runs it, for the PyTorch models (which
+    replay one pass): pointers renamed per pass, times shifted past the pass before, and what a pass
+    leaves live freed at its end on the stream it was allocated on (replay's free_live). One pass: the
+    trace itself. PyTorch's allocator keeps its segments from pass to pass as gpupool does, so the
+    models see the same work, and a growth in a later pass counts for both."""
+    if passes <= 1:
+        return path
+    out = os.path.join(tmpdir, hashlib.sha1(os.path.abspath(path).encode()).hexdigest()[:12] + f'-x{passes}-' +
+                       os.path.basename(path).replace('.gz', ''))
+    if os.path.exists(out):
+        return out
+    opener = gzip.open if path.endswith('.gz') else open
+    with opener(path, 'rt', newline='') as f:
+        rows = list(csv.reader(f))
+    header, body = rows[0], rows[1:]
+    col = {name.strip(): i for i, name in enumerate(header)}
+    ti, ai, pi, si, ni, th = (col['Time'], col['Action'], col['Pointer'], col['Size'], col['Stream'],
+                              col['Thread'])
+    with open(out + '.tmp', 'w', newline='') as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        shift = 0
+        for k in range(passes):
+            live, last = {}, 0
+            for r in body:
+                r = list(r)
+                r[pi] = hex(int(r[pi], 16) + (k << 48))
+                t = int(r[ti]) + shift
+                r[ti] = str(t)
+                last = max(last, t)
+                if r[ai] == 'allocate':
+                    live[r[pi]] = r
+                elif r[ai] == 'free':
+                    live.pop(r[pi], None)
+                w.writerow(r)
+            for ptr, a in live.items():
+                r = list(a)
+                r[ti], r[ai] = str(last), 'free'
+                w.writerow(r)
+            shift = last + 1
+    os.replace(out + '.tmp', out)
+    return out
+
+
 def cache_key(path, script, flag):
     st, ss = os.stat(path), os.stat(script)
     text = f"{os.path.abspath(path)}|{st.st_size}|{st.st_mtime_ns}|{script}|{ss.st_size}|{ss.st_mtime_ns}|{flag}"
     return hashlib.sha1(text.encode()).hexdigest()
 
 
-def pytorch_model(path, script, expandable, cache_dir):
-    flag = '--expandable' if expandable else 'default'
+def pytorch_model(path, script, expandable, cache_dir, passes, tmpdir):
+    flag = ('--expandable' if expandable else 'default') + f'|passes {passes}'
     key = cache_key(path, script, flag) if cache_dir else None
     if key:
         cached = os.path.join(cache_dir, key + '.json')
         if os.path.exists(cached):
             with open(cached) as f:
                 return json.load(f)
-    cmd = [sys.executable, script, '--json'] + (['--expandable'] if expandable else []) + [path]
+    cmd = [sys.executable, script, '--json'] + (['--expandable'] if expandable else []) + \
+        [repeated_csv(path, passes, tmpdir)]
     res = run_json(cmd)['traces'][0]
     if key:
         os.makedirs(cache_dir, exist_ok=True)
@@ -112,8 +162,8 @@ def measure(path, args, tmpdir):
     vmm = replay(args.gpupool, plain, 'sim-vmm', args.repeat, args.conf)
     pt = ptx = None
     if os.path.exists(args.model):
-        pt = pytorch_model(path, args.model, False, args.cache)
-        ptx = pytorch_model(path, args.model, True, args.cache)
+        pt = pytorch_model(path, args.model, False, args.cache, args.repeat, tmpdir)
+        ptx = pytorch_model(path, args.model, True, args.cache, args.repeat, tmpdir)
     live = vmm['peak_live_bytes']
     return {
         'trace': os.path.relpath(path, SHARED) if path.startswith(SHARED) else path,
@@ -184,7 +234,8 @@ def summary(rows):
 
 def print_table(rows, args):
     print(f"gpupool replay --repeat {args.repeat}{' --conf ' + args.conf if args.conf else ''} (cuda = backend sim, "
-          "sim-vmm) against pytorch_policy_model.py (PyTorch = default policy, PT-exp = --expandable)")
+          f"sim-vmm) against pytorch_policy_model.py on the same {args.repeat} passes (PyTorch = default policy, "
+          "PT-exp = --expandable)")
     hdr = (f"{'trace':38s} {'st':>3s} {'live MiB':>9s} {'floor':>6s} {'cuda':>6s} {'PyTorch':>7s} {'sim-vmm':>7s} "
            f"{'PT-exp':>6s} {'last cuda/vmm/map':>17s} {'fail':>4s} {'warm-up ms':>10s}")
     print(hdr)
