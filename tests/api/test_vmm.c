@@ -832,6 +832,45 @@ Test(vmm, growth_past_the_peak_stitches_the_streams_free_pages_instead)
     cr_assert_eq(gp_free(pool, pins[1], stream), GP_OK);
 }
 
+/* The same layout with the n-th map call of the stitch failing: the request still succeeds (grown in
+ * place once the stitch could not be made, or stitched when asked again), the pool checks, the device
+ * holds exactly the physical memory the pool counts (the failed stitch's slots hold none), and no
+ * content is touched. */
+Test(vmm, map_fault_while_stitching_past_the_peak_loses_nothing)
+{
+    for (uint64_t n = 1; n <= 3; n++) {
+        open_pool(PARTIAL_CONFIG ",cache_slack:1");
+        void *hole[2], *pins[2];
+        hole[0] = alloc_written(H, 10);
+        pins[0] = alloc_written(H, 11);
+        hole[1] = alloc_written(H, 12);
+        pins[1] = alloc_written(H, 13);
+        void *tail = alloc_written(H / 2, 14);
+        for (int i = 0; i < 2; i++)
+            cr_assert_eq(gp_free(pool, hole[i], stream), GP_OK);
+        cr_assert_eq(gp_free(pool, tail, stream), GP_OK);
+        gp_sim_fail_call(sim, n, GP_SIM_CALL_MAP, GP_ERR_DEVICE);
+        void *big = alloc_through_fault(3 * H / 2);
+        size_t reserved = stats_now().reserved_bytes;
+        cr_assert(reserved == 4 * H + H / 2 || reserved == 5 * H + H / 2,
+                  "map fault %llu: reserved %zu is neither the stitch's nor growth's", (unsigned long long)n, reserved);
+        gp_sim_report r;
+        gp_sim_get_report(sim, &r);
+        cr_assert_eq(r.allocated_bytes, reserved, "map fault %llu: the device holds %llu bytes, the pool counts %zu",
+                     (unsigned long long)n, (unsigned long long)r.allocated_bytes, reserved);
+        cr_assert_eq(gp_sim_launch(sim, stream, big, 3 * H / 2, GP_SIM_WRITE, 5, 1000), GP_OK, "%s",
+                     gp_sim_first_violation(sim));
+        check_pattern(pins[0], H, 11);
+        check_pattern(pins[1], H, 13);
+        check_pattern(big, 3 * H / 2, 5);
+        gp_sim_synchronize(sim);
+        cr_assert_eq(gp_free(pool, big, stream), GP_OK);
+        cr_assert_eq(gp_free(pool, pins[0], stream), GP_OK);
+        cr_assert_eq(gp_free(pool, pins[1], stream), GP_OK);
+        teardown();
+    }
+}
+
 /* A request of 200 MiB over the same 80 MiB of free pages is mostly new memory: it grows in place
  * (the 100 pages mapped once each, no alias slot), leaving the holes to the requests they fit. */
 Test(vmm, a_request_mostly_of_new_pages_grows_in_place)
