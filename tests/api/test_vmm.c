@@ -90,6 +90,26 @@ static uint64_t maps(void)
     return gp_sim_calls(sim, GP_SIM_CALL_MAP);
 }
 
+/* Tenant "t" (no limits) owns the test's stream. */
+static void bind_tenant_t(void)
+{
+    gp_tenant_limits l = {0};
+    cr_assert_eq(gp_tenant_create(pool, "t", &l), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_tenant_bind_stream(pool, "t", stream), GP_OK, "%s", gp_last_error());
+}
+
+/* Pauses tenant "t" keeping contents, once its work is done: every page goes back exactly once and the
+ * pool checks; then resumes it, and the pool checks again. */
+static void pause_and_resume_t(void)
+{
+    gp_sim_synchronize(sim);
+    cr_assert_eq(gp_tenant_pause(pool, "t", GP_PAUSE_KEEP_CONTENTS), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(stats_now().reserved_bytes, 0, "every page went back exactly once");
+    cr_assert_eq(gp_tenant_resume(pool, "t"), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+}
+
 TestSuite(vmm, .fini = teardown);
 
 Test(vmm, growth_in_place_keeps_one_range)
@@ -580,17 +600,10 @@ Test(vmm, trim_unmaps_idle_alias_slots_before_the_pages)
 Test(vmm, pause_and_resume_of_a_tenant_holding_a_stitched_block)
 {
     open_pool(ALIAS_CONFIG);
-    gp_tenant_limits l = {0};
-    cr_assert_eq(gp_tenant_create(pool, "t", &l), GP_OK, "%s", gp_last_error());
-    cr_assert_eq(gp_tenant_bind_stream(pool, "t", stream), GP_OK, "%s", gp_last_error());
+    bind_tenant_t();
     void *pins[2];
     void *big = aliased_block(pins);
-    gp_sim_synchronize(sim);
-    cr_assert_eq(gp_tenant_pause(pool, "t", GP_PAUSE_KEEP_CONTENTS), GP_OK, "%s", gp_last_error());
-    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
-    cr_assert_eq(stats_now().reserved_bytes, 0, "every page went back exactly once");
-    cr_assert_eq(gp_tenant_resume(pool, "t"), GP_OK, "%s", gp_last_error());
-    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    pause_and_resume_t();
     cr_assert_eq(stats_now().reserved_bytes, 4 * H, "the live 160 MiB, nothing more");
     check_pattern(pins[0], H, 11);
     check_pattern(pins[1], H, 13);
@@ -685,21 +698,14 @@ Test(vmm, a_stitched_block_and_its_tails_request_repeat_with_no_map_calls)
 Test(vmm, pause_and_resume_with_a_stitched_blocks_tail_live)
 {
     open_pool(ALIAS_CONFIG);
-    gp_tenant_limits l = {0};
-    cr_assert_eq(gp_tenant_create(pool, "t", &l), GP_OK, "%s", gp_last_error());
-    cr_assert_eq(gp_tenant_bind_stream(pool, "t", stream), GP_OK, "%s", gp_last_error());
+    bind_tenant_t();
     void *pins[2], *hole[2];
     two_holes_at(pins, hole);
     void *big = alloc_written(2 * H - MIB, 99);
     void *tail = alloc_written(MIB, 98);
     check_pattern(big, 2 * H - MIB, 99);
     cr_assert_eq(gp_free(pool, big, stream), GP_OK);
-    gp_sim_synchronize(sim);
-    cr_assert_eq(gp_tenant_pause(pool, "t", GP_PAUSE_KEEP_CONTENTS), GP_OK, "%s", gp_last_error());
-    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
-    cr_assert_eq(stats_now().reserved_bytes, 0, "every page went back exactly once");
-    cr_assert_eq(gp_tenant_resume(pool, "t"), GP_OK, "%s", gp_last_error());
-    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    pause_and_resume_t();
     check_pattern(pins[0], H, 11);
     check_pattern(pins[1], H, 13);
     check_pattern(tail, MIB, 98);
@@ -789,6 +795,21 @@ Test(vmm, a_request_past_the_free_pages_grows_only_what_they_lack)
     cr_assert_eq(gp_free(pool, pins[1], stream), GP_OK);
 }
 
+/* two_holes' layout with a FREE block of 20 MiB at the range's end: 40 MiB free, 40 MiB pinned, 40 MiB
+ * free, 40 MiB pinned, 20 MiB free (the pins' contents 11 and 13). */
+static void holes_and_a_free_end(void **pins)
+{
+    void *hole[2];
+    hole[0] = alloc_written(H, 10);
+    pins[0] = alloc_written(H, 11);
+    hole[1] = alloc_written(H, 12);
+    pins[1] = alloc_written(H, 13);
+    void *end = alloc_written(H / 2, 14);
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(gp_free(pool, hole[i], stream), GP_OK);
+    cr_assert_eq(gp_free(pool, end, stream), GP_OK);
+}
+
 /* A request whose growth in place would need fewer pages than it has (the FREE block at the range's
  * end holds part of it) but would make new memory past the pool's high-water mark, while the stream's
  * own whole free pages hold all of it: it is stitched from them (vmm.c stitching_pays), so reserved
@@ -796,15 +817,8 @@ Test(vmm, a_request_past_the_free_pages_grows_only_what_they_lack)
 Test(vmm, growth_past_the_peak_stitches_the_streams_free_pages_instead)
 {
     open_pool(PARTIAL_CONFIG ",cache_slack:1"); /* a cap far away: growth would make memory */
-    void *hole[2], *pins[2];
-    hole[0] = alloc_written(H, 10);
-    pins[0] = alloc_written(H, 11);
-    hole[1] = alloc_written(H, 12);
-    pins[1] = alloc_written(H, 13);
-    void *tail = alloc_written(H / 2, 14);
-    for (int i = 0; i < 2; i++)
-        cr_assert_eq(gp_free(pool, hole[i], stream), GP_OK);
-    cr_assert_eq(gp_free(pool, tail, stream), GP_OK); /* a FREE block at the range's end */
+    void *pins[2];
+    holes_and_a_free_end(pins);
     gp_stats before = stats_now();
     cr_assert_eq(before.reserved_bytes, 4 * H + H / 2);
     cr_assert_eq(before.reserved_bytes_peak, before.reserved_bytes, "the pool is at its high-water mark");
@@ -840,15 +854,8 @@ Test(vmm, map_fault_while_stitching_past_the_peak_loses_nothing)
 {
     for (uint64_t n = 1; n <= 3; n++) {
         open_pool(PARTIAL_CONFIG ",cache_slack:1");
-        void *hole[2], *pins[2];
-        hole[0] = alloc_written(H, 10);
-        pins[0] = alloc_written(H, 11);
-        hole[1] = alloc_written(H, 12);
-        pins[1] = alloc_written(H, 13);
-        void *tail = alloc_written(H / 2, 14);
-        for (int i = 0; i < 2; i++)
-            cr_assert_eq(gp_free(pool, hole[i], stream), GP_OK);
-        cr_assert_eq(gp_free(pool, tail, stream), GP_OK);
+        void *pins[2];
+        holes_and_a_free_end(pins);
         gp_sim_fail_call(sim, n, GP_SIM_CALL_MAP, GP_ERR_DEVICE);
         void *big = alloc_through_fault(3 * H / 2);
         size_t reserved = stats_now().reserved_bytes;
@@ -932,19 +939,12 @@ Test(vmm, map_fault_while_growing_part_of_a_stitched_block_loses_nothing)
 Test(vmm, trim_and_pause_after_growing_part_of_a_stitched_block)
 {
     open_pool(PARTIAL_CONFIG);
-    gp_tenant_limits l = {0};
-    cr_assert_eq(gp_tenant_create(pool, "t", &l), GP_OK, "%s", gp_last_error());
-    cr_assert_eq(gp_tenant_bind_stream(pool, "t", stream), GP_OK, "%s", gp_last_error());
+    bind_tenant_t();
     void *pins[2];
     two_holes(pins);
     void *big = alloc_written(3 * H, 99);
     cr_assert_eq(stats_now().reserved_bytes, 5 * H);
-    gp_sim_synchronize(sim);
-    cr_assert_eq(gp_tenant_pause(pool, "t", GP_PAUSE_KEEP_CONTENTS), GP_OK, "%s", gp_last_error());
-    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
-    cr_assert_eq(stats_now().reserved_bytes, 0, "every page went back exactly once");
-    cr_assert_eq(gp_tenant_resume(pool, "t"), GP_OK, "%s", gp_last_error());
-    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    pause_and_resume_t();
     cr_assert_eq(stats_now().reserved_bytes, 5 * H, "the live 200 MiB, nothing more");
     check_pattern(pins[0], H, 11);
     check_pattern(pins[1], H, 13);
@@ -1174,18 +1174,11 @@ Test(vmm, trim_with_a_small_alias_live_and_idle)
 Test(vmm, pause_and_resume_with_a_small_alias_live)
 {
     open_pool(ALIAS_CONFIG);
-    gp_tenant_limits l = {0};
-    cr_assert_eq(gp_tenant_create(pool, "t", &l), GP_OK, "%s", gp_last_error());
-    cr_assert_eq(gp_tenant_bind_stream(pool, "t", stream), GP_OK, "%s", gp_last_error());
+    bind_tenant_t();
     void *pin, *tail;
     free_tail(&pin, &tail);
     void *s = alloc_written(SMALL, 41);
-    gp_sim_synchronize(sim);
-    cr_assert_eq(gp_tenant_pause(pool, "t", GP_PAUSE_KEEP_CONTENTS), GP_OK, "%s", gp_last_error());
-    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
-    cr_assert_eq(stats_now().reserved_bytes, 0, "every page went back exactly once");
-    cr_assert_eq(gp_tenant_resume(pool, "t"), GP_OK, "%s", gp_last_error());
-    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    pause_and_resume_t();
     cr_assert_eq(stats_now().reserved_bytes, 3 * P, "the pages in use: the pin's two and the small one (the free page "
                  "was given back at the pause), not %zu", (size_t)stats_now().reserved_bytes);
     check_pattern(pin, 2 * P, 31);
