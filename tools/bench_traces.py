@@ -97,8 +97,7 @@ def repeated_csv(path, passes, tmpdir):
         rows = list(csv.reader(f))
     header, body = rows[0], rows[1:]
     col = {name.strip(): i for i, name in enumerate(header)}
-    ti, ai, pi, si, ni, th = (col['Time'], col['Action'], col['Pointer'], col['Size'], col['Stream'],
-                              col['Thread'])
+    ti, ai, pi = col['Time'], col['Action'], col['Pointer']
     with open(out + '.tmp', 'w', newline='') as f:
         w = csv.writer(f)
         w.writerow(header)
@@ -116,7 +115,7 @@ def repeated_csv(path, passes, tmpdir):
                 elif r[ai] == 'free':
                     live.pop(r[pi], None)
                 w.writerow(r)
-            for ptr, a in live.items():
+            for a in live.values():
                 r = list(a)
                 r[ti], r[ai] = str(last), 'free'
                 w.writerow(r)

@@ -396,6 +396,19 @@ static gp_block *borrow(gp_pool_state *p, gp_stream_state *st, size_t rsize, siz
 }
 
 /*
+ * The pages a growth in place of st's heap of kind `small` for rsize would map (*need; a new range
+ * needs every page), and how many of them the page pool cannot supply, returned: those are new memory,
+ * or past the cache cap pages moved from elsewhere (pooled pages are no new memory). st not locked.
+ */
+static size_t growth_beyond_pool(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small, size_t *need)
+{
+    pthread_mutex_lock(&st->lock);
+    (void)growth_plan(p, st, rsize, small, 0, need);
+    pthread_mutex_unlock(&st->lock);
+    return *need > p->pooled_count ? *need - p->pooled_count : 0;
+}
+
+/*
  * Whether a new stitched range should serve a request of rsize on st rather than growth in place.
  *
  * A stitched block takes whole free pages (all of the request's pages) out of the holes that the
@@ -420,12 +433,9 @@ static gp_block *borrow(gp_pool_state *p, gp_stream_state *st, size_t rsize, siz
 static bool stitching_pays(gp_pool_state *p, gp_stream_state *st, size_t rsize)
 {
     size_t need = 0, n = gp_div_up(rsize, p->page);
-    pthread_mutex_lock(&st->lock);
-    (void)growth_plan(p, st, rsize, false, 0, &need); /* a new range needs every page */
-    pthread_mutex_unlock(&st->lock);
+    size_t fresh = growth_beyond_pool(p, st, rsize, false, &need);
     if (need >= n)
         return true;
-    size_t fresh = need > p->pooled_count ? need - p->pooled_count : 0; /* pooled pages are no new memory */
     return atomic_load(&p->reserved) + fresh * p->page > atomic_load(&p->reserved_peak) &&
            gp_alias_free_pages(p, st) >= n;
 }
@@ -439,12 +449,8 @@ static bool stitching_pays(gp_pool_state *p, gp_stream_state *st, size_t rsize)
  */
 static bool growth_passes_cap(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
 {
-    size_t need = 0;
-    pthread_mutex_lock(&st->lock);
-    (void)growth_plan(p, st, rsize, small, 0, &need);
-    pthread_mutex_unlock(&st->lock);
+    size_t need = 0, fresh = growth_beyond_pool(p, st, rsize, small, &need);
     size_t cap = gp_cache_cap(&p->cfg, gp_allocated_estimate(p), atomic_load(&p->allocated_peak), rsize);
-    size_t fresh = need > p->pooled_count ? need - p->pooled_count : 0;
     return cap != SIZE_MAX && atomic_load(&p->reserved) + fresh * p->page > cap;
 }
 
