@@ -747,6 +747,8 @@ static const char *check_segment(gp_pool_state *p, gp_segment *seg)
     const char *alias = gp_alias_check(p, seg);
     if (alias != NULL)
         return alias;
+    if (seg->paused && !seg->owner->tenant->paused)
+        return "a range is paused while its tenant is not";
     if (seg->paused) { /* mapped: the pages outside UNMAPPED blocks that have a handle again */
         size_t mapped = 0;
         const gp_block *b = seg->first;
