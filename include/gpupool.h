@@ -316,8 +316,47 @@ typedef struct gp_breakdown {
 GP_API int gp_get_breakdown(gp_pool *pool, gp_breakdown *out);
 
 /* Sets the peaks (allocated_bytes_peak, reserved_bytes_peak, each tenant's held_bytes_peak) to the
- * current values, as torch.cuda.reset_peak_memory_stats does. */
+ * current values, as torch.cuda.reset_peak_memory_stats does; forgets the peak composition. */
 GP_API int gp_reset_peaks(gp_pool *pool);
+
+/* ---- what reserved memory was made of at its peak (configuration key peak_composition:on) --------- */
+
+/*
+ * Where the reserved bytes are, by heap kind, in four parts that add up: live blocks; freed blocks
+ * waiting for other streams' events; free bytes in a unit that also holds live or pending bytes; and
+ * free bytes in units that hold nothing else. The unit is what the pool can give back or move: a
+ * device allocation (a segment) on the cuda backends, a device page on the vmm backends. So the third
+ * part is the fragmentation nothing but later requests that fit beside the live blocks can use, and
+ * the fourth is cache the pool could have given back or moved (cuda: wholly free segments; vmm: whole
+ * free pages).
+ */
+typedef struct gp_peak_part {
+    uint64_t allocated_bytes; /* live blocks, rounded sizes */
+    uint64_t pending_bytes;   /* freed blocks waiting for events on other streams */
+    uint64_t free_in_used_bytes; /* free bytes in units that also hold live or pending bytes */
+    uint64_t free_whole_bytes;   /* free bytes in units that hold nothing else */
+} gp_peak_part;
+
+#define GP_PEAK_COMPOSITION_VERSION 1
+typedef struct gp_peak_composition {
+    uint32_t size;    /* set by the caller to sizeof(gp_peak_composition) */
+    uint32_t version; /* set by the caller to GP_PEAK_COMPOSITION_VERSION */
+    uint32_t recorded;     /* 1 once an allocation raised reserved_bytes_peak with peak_composition:on */
+    uint32_t unit_is_page; /* the unit above: 1 a device page (vmm backends), 0 a segment */
+    uint64_t unit_bytes;   /* the page's size on vmm backends; 0 for segments (of any size) */
+    uint64_t reserved_bytes;  /* reserved right after the allocation that last raised the peak (== the peak) */
+    uint64_t request_bytes;   /* that allocation's size as asked for */
+    uint64_t num_allocs;      /* successful allocations since the pool was created, that one included */
+    gp_peak_part small, large; /* requests up to small_size, and the rest */
+    uint64_t unmapped_cached_bytes; /* vmm backends: pages kept unmapped for reuse */
+    uint64_t parked_bytes;          /* vmm backends, loans: pages held for other streams' stitched blocks */
+    /* small + large (each part) + unmapped_cached_bytes + parked_bytes == reserved_bytes */
+} gp_peak_composition;
+
+/* The composition at the last raise of reserved_bytes_peak (recorded 0 while none was recorded, or with
+ * peak_composition off). Recording walks every block under every lock after each allocation that raises
+ * the peak (growth is rare in steady state), so it is off by default; gpupool replay turns it on. */
+GP_API int gp_get_peak_composition(gp_pool *pool, gp_peak_composition *out);
 
 /*
  * Starts recording the pool's allocation events (alloc, free_requested, free_completed,

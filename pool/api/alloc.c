@@ -66,7 +66,10 @@ static int alloc_slow(gp_pool_state *p, gp_stream_state *st, size_t size, size_t
     if (rc == GP_OK) {
         int failed;
         gp_maintain_locked(p, &failed);
+        size_t peak_before = atomic_load(&p->reserved_peak);
         rc = p->provider->alloc(p, st, size, rsize, small, out);
+        if (rc == GP_OK)
+            gp_peak_note(p, peak_before, size);
         if (rc == GP_ERR_QUOTA)
             atomic_fetch_add(&st->tenant->refusals, 1);
         if (rc == GP_ERR_OOM)

@@ -50,6 +50,11 @@ bool gp_current_tenant_pop(gp_pool_state *p);
 /* Drops the calling thread's frames of the pool with this serial (gp_pool_destroy). */
 void gp_current_tenant_forget_pool(uint64_t pool_serial);
 
+/* ---- peak.c ---- */
+/* After an allocation of `request` bytes (pool lock held, no stream lock): when peak_composition is on
+ * and reserved_peak rose above `peak_before`, records what reserved memory is made of now. */
+void gp_peak_note(gp_pool_state *p, size_t peak_before, size_t request);
+
 /* ---- tenant.c ---- */
 /* The tenant named `name`; GP_ERR_INVALID with a message starting with `fn` when there is none. */
 int gp_tenant_find(gp_pool_state *p, const char *name, const char *fn, gp_tenant **out);

@@ -101,6 +101,7 @@ GP_API int gp_reset_peaks(gp_pool *pool)
     gp_flush_all(p);
     atomic_store(&p->allocated_peak, gp_allocated_estimate(p));
     atomic_store(&p->reserved_peak, atomic_load(&p->reserved));
+    p->peak_composition.recorded = 0;
     unsigned tenants = atomic_load(&p->tenants.count);
     for (unsigned i = 0; i < tenants; i++) {
         gp_tenant *t = p->tenants.tenants[i];

@@ -191,6 +191,7 @@ GP_API int gp_tenant_resume(gp_pool *pool, const char *name)
         return gp_error_set(GP_ERR_OOM, "gp_tenant_resume: '%s': out of host memory for %zu page handles "
                             "(it stays paused)", name, room);
     }
+    size_t peak_before = atomic_load(&p->reserved_peak);
     rc = remap_tenant(p, t, mapped, &nmapped, room);
     if (rc == GP_ERR_OOM) { /* the device is full: cached free pages elsewhere serve first */
         int failed = GP_OK;
@@ -235,6 +236,8 @@ GP_API int gp_tenant_resume(gp_pool *pool, const char *name)
     }
     free(mapped);
     gp_unlock_all_streams(p);
+    if (rc == GP_OK) /* the pages mapped back may raise the peak, as growth does */
+        gp_peak_note(p, peak_before, 0);
     pthread_mutex_unlock(&p->lock);
     return rc;
 }

@@ -144,7 +144,25 @@ GP_API int gp_stats_json(gp_pool *pool, char *buf, size_t len, size_t *needed)
             (unsigned long long)ts[i].allocated_bytes, (unsigned long long)ts[i].cached_bytes,
             (unsigned long long)ts[i].max, (unsigned long long)ts[i].high, (unsigned long long)ts[i].min,
             (unsigned long long)ts[i].refusals, (unsigned long long)ts[i].pauses, ts[i].paused ? "true" : "false");
-    put(&t, "]}");
+    put(&t, "]");
+    if (p->cfg.peak_composition) {
+        gp_peak_composition c = {.size = sizeof c, .version = GP_PEAK_COMPOSITION_VERSION};
+        gp_get_peak_composition(pool, &c);
+        put(&t, ",\"peak_composition\":{\"recorded\":%s,\"unit\":\"%s\",\"unit_bytes\":%llu,\"reserved_bytes\":%llu,"
+            "\"request_bytes\":%llu,\"num_allocs\":%llu,\"unmapped_cached_bytes\":%llu,\"parked_bytes\":%llu",
+            c.recorded ? "true" : "false", c.unit_is_page ? "page" : "segment", (unsigned long long)c.unit_bytes,
+            (unsigned long long)c.reserved_bytes, (unsigned long long)c.request_bytes,
+            (unsigned long long)c.num_allocs, (unsigned long long)c.unmapped_cached_bytes,
+            (unsigned long long)c.parked_bytes);
+        const gp_peak_part *parts[2] = {&c.small, &c.large};
+        for (int k = 0; k < 2; k++)
+            put(&t, ",\"%s\":{\"allocated_bytes\":%llu,\"pending_bytes\":%llu,\"free_in_used_bytes\":%llu,"
+                "\"free_whole_bytes\":%llu}", k ? "large" : "small", (unsigned long long)parts[k]->allocated_bytes,
+                (unsigned long long)parts[k]->pending_bytes, (unsigned long long)parts[k]->free_in_used_bytes,
+                (unsigned long long)parts[k]->free_whole_bytes);
+        put(&t, "}");
+    }
+    put(&t, "}");
     if (len > 0 && t.used >= len)
         buf[len - 1] = '\0';
     if (needed != NULL)

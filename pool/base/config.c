@@ -81,6 +81,8 @@ static const key_spec keys[] = {
      "ledger: how long a refused growth waits for other processes to give cached memory back"},
     {"empty_cache", KEY_STRING, FIELD(empty_cache), GP_CONFIG_NAME_MAX, "working-set",
      "torch.cuda.empty_cache(): working-set (give back what the last 8 calls' intervals did not use), trim (all), off"},
+    {"peak_composition", KEY_BOOL, FIELD(peak_composition), 0, "off",
+     "record what reserved memory is made of (live, pending, free beside live, free whole) at each raise of its peak"},
 };
 
 #define KEY_COUNT (sizeof keys / sizeof keys[0])

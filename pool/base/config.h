@@ -44,6 +44,7 @@ typedef struct gp_config {
     gp_config_budget budgets[GP_CONFIG_BUDGETS];
     unsigned num_budgets;
     char empty_cache[GP_CONFIG_NAME_MAX]; /* torch.cuda.empty_cache(): "working-set", "trim" or "off" */
+    bool peak_composition;  /* record what reserved memory is made of at each raise of its peak (api/peak.c) */
 } gp_config;
 
 /* Fills cfg with the built-in defaults. */

@@ -91,6 +91,9 @@ typedef struct gp_pool_state {
     atomic_size_t reserved, reserved_peak;
     atomic_uint_fast64_t num_device_allocs, num_device_frees, num_alloc_retries, num_ooms;
     atomic_uint_fast64_t num_stream_steals, num_stream_waits;
+    /* What reserved memory was made of at the last raise of reserved_peak, with peak_composition:on
+     * (api/peak.c; pool lock). */
+    gp_peak_composition peak_composition;
 
     /* CUDA graph capture (api/capture.c): the private pools of this pool's graphs (NULL before the
      * first gp_graph_pool_begin), and for a private pool itself: graph_child, and graph_window while

@@ -208,6 +208,23 @@ static void say(const char *fmt, ...)
     va_end(ap);
 }
 
+/* Every pool records its peak composition (peak_composition:on, which changes no decision: test_peak.c):
+ * once recorded, its parts add up to what it says was reserved, and that is no more than the peak. */
+static void check_peak_composition(state *s)
+{
+    gp_peak_composition c = {.size = sizeof c, .version = GP_PEAK_COMPOSITION_VERSION};
+    CHECK(gp_get_peak_composition(s->pool, &c) == GP_OK, gp_last_error());
+    if (!c.recorded)
+        return;
+    gp_stats st = {.size = sizeof st, .version = GP_STATS_VERSION};
+    CHECK(gp_get_stats(s->pool, &st) == GP_OK, gp_last_error());
+    uint64_t sum = c.small.allocated_bytes + c.small.pending_bytes + c.small.free_in_used_bytes +
+                   c.small.free_whole_bytes + c.large.allocated_bytes + c.large.pending_bytes +
+                   c.large.free_in_used_bytes + c.large.free_whole_bytes + c.unmapped_cached_bytes + c.parked_bytes;
+    CHECK(sum == c.reserved_bytes, "the peak composition's parts do not add up to its reserved bytes");
+    CHECK(c.reserved_bytes <= st.reserved_bytes_peak, "the peak composition says more than the peak");
+}
+
 static void after(state *s, int rc, const snapshot *before, const char *call)
 {
     if (verbose < 0)
@@ -228,6 +245,7 @@ static void after(state *s, int rc, const snapshot *before, const char *call)
     }
     if (gp_check(s->pool) != GP_OK)
         fail("gp_check failed", gp_last_error());
+    check_peak_composition(s);
     sim_clean(s);
 }
 
@@ -648,7 +666,7 @@ static bool open_pool(state *s, reader *r)
     s->device = devices[(h >> 1) & 3];
     char conf[640];
     snprintf(conf, sizeof conf, "device_memory:%zuMiB,small_size:1MiB,small_segment:2MiB,large_segment:%s,"
-             "huge_size:4MiB%s%s%s%s%s",
+             "huge_size:4MiB,peak_composition:on%s%s%s%s%s",
              s->device / MIB, (h & 0x40) ? "2MiB" : "6MiB", (h & 8) ? ",defrag:off" : "",
              (h & 16) ? ",cache_slack:off" : "", (s->vmm && (h & 32)) ? ",vmm_reserve:8MiB" : "",
              (h & 0x80) ? ",max_streams:4,pending_scan:1" : "", (h & 0xc0) == 0xc0 ? ",idle_release:1ms" : "");

@@ -58,7 +58,8 @@ static bool same_config(const gp_config *a, const gp_config *b)
            a->max_streams == b->max_streams && a->pending_scan == b->pending_scan &&
            a->steal_wait == b->steal_wait && a->cache_slack == b->cache_slack &&
            a->defrag == b->defrag && a->vmm_reserve == b->vmm_reserve && a->thread_cache == b->thread_cache &&
-           a->borrow == b->borrow &&
+           a->borrow == b->borrow && a->alias == b->alias && a->loans == b->loans &&
+           a->peak_composition == b->peak_composition && strcmp(a->empty_cache, b->empty_cache) == 0 &&
            a->release_threshold == b->release_threshold &&
            a->idle_release == b->idle_release && strcmp(a->log_path, b->log_path) == 0;
 }
