@@ -106,6 +106,28 @@ static const char *base_name(const char *path)
     return slash ? slash + 1 : path;
 }
 
+/* What the peak reserved bytes held, as fractions of them (gp_peak_composition). */
+static void print_peak(const gp_peak_composition *c, uint64_t per_pass)
+{
+    if (!c->recorded || c->reserved_bytes == 0)
+        return;
+    char a[GP_SIZE_TEXT_MAX], b[GP_SIZE_TEXT_MAX];
+    double res = (double)c->reserved_bytes;
+    const char *unit = c->unit_is_page ? "page" : "segment";
+    uint64_t n = c->num_allocs ? c->num_allocs - 1 : 0; /* allocations before the one that set the peak */
+    printf("  at the peak           %s reserved, right after allocation %llu of pass %llu (%s)\n",
+           gp_format_size(c->reserved_bytes, a), (unsigned long long)(per_pass ? n % per_pass + 1 : n + 1),
+           (unsigned long long)(per_pass ? n / per_pass + 1 : 1), gp_format_size(c->request_bytes, b));
+    printf("                        live %.1f%%, pending %.1f%%, free in partly used %ss %.1f%% (small heap %.1f%%), "
+           "free in wholly free %ss %.1f%%, unmapped or parked pages %.1f%%\n",
+           100.0 * (double)(c->small.allocated_bytes + c->large.allocated_bytes) / res,
+           100.0 * (double)(c->small.pending_bytes + c->large.pending_bytes) / res, unit,
+           100.0 * (double)(c->small.free_in_used_bytes + c->large.free_in_used_bytes) / res,
+           100.0 * (double)c->small.free_in_used_bytes / res, unit,
+           100.0 * (double)(c->small.free_whole_bytes + c->large.free_whole_bytes) / res,
+           100.0 * (double)(c->unmapped_cached_bytes + c->parked_bytes) / res);
+}
+
 static void print_text(const gp_trace *t, const gp_replay_result *r)
 {
     char a[GP_SIZE_TEXT_MAX], b[GP_SIZE_TEXT_MAX];
@@ -134,6 +156,7 @@ static void print_text(const gp_trace *t, const gp_replay_result *r)
                (unsigned long long)r->first_syncs);
     printf("  page floor            %.3f x live (peak live in 512 B granules, in whole 2 MiB pages)\n",
            r->peak_live_bytes ? (double)r->page_floor_bytes / (double)r->peak_live_bytes : 0.0);
+    print_peak(&r->peak, r->allocations_per_pass);
     printf("  failed allocations    %llu\n", (unsigned long long)r->failed_allocations);
     printf("  failed frees          %llu\n", (unsigned long long)r->failed_frees);
     if (r->first_failure[0])

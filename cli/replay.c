@@ -251,7 +251,7 @@ int gp_replay_run(const gp_trace *trace, const gp_replay_options *options, gp_re
     const char *dm = o->device_memory && o->device_memory[0] ? o->device_memory
                                                              : GP_REPLAY_DEFAULT_DEVICE_MEMORY;
     const char *conf = o->conf ? o->conf : "";
-    size_t cfg_len = strlen(dm) + strlen(conf) + 80;
+    size_t cfg_len = strlen(dm) + strlen(conf) + 128;
     char *cfg = malloc(cfg_len);
     replay_state s = {0};
     double *ns = malloc(repeats * sizeof *ns);
@@ -272,8 +272,8 @@ int gp_replay_run(const gp_trace *trace, const gp_replay_options *options, gp_re
      * tracks max_streams streams (default 256): room for every stream of the trace is made, unless
      * --conf sets max_streams, which is then checked against the trace. */
     unsigned need_streams = trace->num_streams > 256 ? (unsigned)trace->num_streams : 256u;
-    snprintf(cfg, cfg_len, "backend:sim,device_memory:%s,max_streams:%u%s%s", dm, need_streams, conf[0] ? "," : "",
-             conf);
+    snprintf(cfg, cfg_len, "backend:sim,device_memory:%s,max_streams:%u,peak_composition:on%s%s", dm, need_streams,
+             conf[0] ? "," : "", conf);
     int rc = gp_pool_create(&s.pool, 0, NULL, cfg);
     if (rc != GP_OK) {
         ret = fail(err, errlen, "cannot create a pool with \"%s\": %s: %s", cfg, gp_strerror(rc),
@@ -329,6 +329,9 @@ int gp_replay_run(const gp_trace *trace, const gp_replay_options *options, gp_re
         uint64_t calls = device_calls(s.sim) - calls_before_pass;
         uint64_t maps = gp_sim_calls(s.sim, MAP_CALLS) - maps_before_pass;
         if (rep == 0) {
+            gp_stats first = {.size = sizeof first, .version = GP_STATS_VERSION};
+            if (gp_get_stats(s.pool, &first) == GP_OK)
+                r->allocations_per_pass = first.num_allocs;
             r->device_calls_first_repeat = calls;
             r->map_calls_first_repeat = maps;
             vmm_counts after = vmm_calls(s.sim);
@@ -353,6 +356,12 @@ int gp_replay_run(const gp_trace *trace, const gp_replay_options *options, gp_re
     rc = gp_get_stats(s.pool, &stats);
     if (rc != GP_OK) {
         ret = fail(err, errlen, "gp_get_stats: %s: %s", gp_strerror(rc), gp_last_error());
+        goto out;
+    }
+    r->peak = (gp_peak_composition){.size = sizeof r->peak, .version = GP_PEAK_COMPOSITION_VERSION};
+    rc = gp_get_peak_composition(s.pool, &r->peak);
+    if (rc != GP_OK) {
+        ret = fail(err, errlen, "gp_get_peak_composition: %s: %s", gp_strerror(rc), gp_last_error());
         goto out;
     }
     size_t needed = 0;

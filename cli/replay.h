@@ -79,6 +79,10 @@ typedef struct gp_replay_result {
     uint64_t check_failures;       /* gp_check calls that failed (options.check), all passes */
     char first_check_failure[256]; /* gp_last_error() of the first one, "" if none */
     char stats_json[8192];         /* gp_stats_json after the last pass, before the pool is destroyed */
+    /* What reserved memory was made of right after the allocation that last raised its peak (the pool
+     * runs with peak_composition:on unless the configuration turns it off; recorded 0 then). */
+    gp_peak_composition peak;
+    uint64_t allocations_per_pass; /* successful allocations of the first pass, to place peak.num_allocs */
 } gp_replay_result;
 
 /* Replays `trace`. Returns 0, or -1 with a message in err when the pool cannot be created or another
