@@ -32,7 +32,7 @@ default $XDG_CACHE_HOME or ~/.cache/gpupool-bench), keyed by the trace's path, s
 script's. A .csv.gz trace is decompressed into a temporary file for gpupool replay. Standard library only.
 
 Usage: tools/bench_traces.py [--gpupool build/gpupool] [--repeat 3] [--conf CONF] [--jobs N]
-                             [--no-shared] [--json] [--cache DIR|--no-cache] [FOLDER|TRACE ...]
+                             [--no-shared] [--json] [--composition] [--cache DIR|--no-cache] [FOLDER|TRACE ...]
 """
 import argparse
 import concurrent.futures
@@ -172,6 +172,7 @@ def peak_parts(res):
         'unit': c['unit'],
         'live': sum(k['allocated_bytes'] for k in kinds) / live,
         'partly_used': sum(k['free_in_used_bytes'] for k in kinds) / live,
+        'partly_used_large': c['large']['free_in_used_bytes'] / live,
         'partly_used_small': c['small']['free_in_used_bytes'] / live,
         'whole': (sum(k['free_whole_bytes'] + k['pending_bytes'] for k in kinds) + c['unmapped_cached_bytes'] +
                   c['parked_bytes']) / live,
@@ -302,6 +303,25 @@ def print_table(rows, args):
             print(f"    {trace}: {fig}")
 
 
+def print_composition(rows):
+    """--composition: what each backend held at its peak, per trace, as multiples of peak live."""
+    print()
+    print("at the peak (gp_peak_composition, x peak live): live blocks; free bytes in partly used segments (cuda) "
+          "or pages (sim-vmm) of the small and the large heap; free whole segments or pages and other cache")
+    hdr = (f"{'trace':38s} {'cuda':>6s} {'live':>6s} {'small':>6s} {'large':>6s} {'whole':>6s}   "
+           f"{'sim-vmm':>7s} {'live':>6s} {'small':>6s} {'large':>6s} {'whole':>6s}")
+    print(hdr)
+    print('-' * len(hdr))
+    for r in rows:
+        cells = []
+        for ratio, key in ((r['cuda'], 'cuda_peak'), (r['sim_vmm'], 'vmm_peak')):
+            p = r.get(key)
+            cells.append(f"{ratio:.3f} " + (f"{p['live']:>6.3f} {p['partly_used_small']:>6.3f} "
+                                            f"{p['partly_used_large']:>6.3f} {p['whole']:>6.3f}" if p else
+                                            f"{'-':>6s} {'-':>6s} {'-':>6s} {'-':>6s}"))
+        print(f"{r['trace'][-38:]:38s} {cells[0]:>34s}   {cells[1]:>35s}")
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     ap.add_argument('paths', nargs='*', help='more trace folders or files (.csv, .csv.gz)')
@@ -315,6 +335,8 @@ def main(argv):
                                                     'gpupool-bench'))
     ap.add_argument('--no-cache', dest='cache', action='store_const', const=None)
     ap.add_argument('--json', action='store_true', help='print the rows, summary and targets as one JSON object')
+    ap.add_argument('--composition', action='store_true',
+                    help='also print what both backends held at their peaks, for every trace')
     args = ap.parse_args(argv)
 
     specs = ([] if args.no_shared else SHARED_FOLDERS) + args.paths
@@ -347,6 +369,8 @@ def main(argv):
                           'targets': [{'target': n, 'met': not m, 'misses': m} for n, m in targets(rows)]}))
         return 0
     print_table(rows, args)
+    if args.composition:
+        print_composition(rows)
     return 0
 
 
