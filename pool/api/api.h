@@ -20,6 +20,11 @@
 static inline int gp_pool_enter(gp_pool *pool, const char *fn, gp_pool_state **out);
 /* The error of gp_pool_enter for a handle that is not a live pool. */
 int gp_pool_enter_refused(gp_pool *pool, const char *fn);
+/* A struct the caller hands in to be filled (gp_stats, gp_breakdown, gp_tenant_stats,
+ * gp_peak_composition): its first two fields are the uint32_t size and version the caller set. GP_OK
+ * when they are this library's; else GP_ERR_INVALID naming `fn`, `arg` and both versions and sizes
+ * (also for a NULL `out`). */
+int gp_versioned_out(const char *fn, const char *arg, const void *out, uint32_t version, size_t size);
 /* The device's total memory as the pool read it at create (for the glue: torch/). */
 int gp_pool_device_total(gp_pool *pool, const char *fn, size_t *out);
 

@@ -57,13 +57,8 @@ GP_API int gp_get_breakdown(gp_pool *pool, gp_breakdown *out)
     int rc = gp_pool_enter(pool, "gp_get_breakdown", &p);
     if (rc != GP_OK)
         return rc;
-    if (out == NULL)
-        return gp_error_set(GP_ERR_INVALID, "gp_get_breakdown: out is NULL");
-    if (out->version != GP_BREAKDOWN_VERSION || out->size != sizeof *out)
-        return gp_error_set(GP_ERR_INVALID,
-                            "gp_get_breakdown: out has version %u and size %u; this library has version %u and "
-                            "size %zu (set both fields before the call)",
-                            out->version, out->size, GP_BREAKDOWN_VERSION, sizeof *out);
+    if ((rc = gp_versioned_out("gp_get_breakdown", "out", out, GP_BREAKDOWN_VERSION, sizeof *out)) != GP_OK)
+        return rc;
     gp_breakdown r;
     memset(&r, 0, sizeof r);
     r.size = out->size;

@@ -111,13 +111,8 @@ GP_API int gp_get_peak_composition(gp_pool *pool, gp_peak_composition *out)
     int rc = gp_pool_enter(pool, "gp_get_peak_composition", &p);
     if (rc != GP_OK)
         return rc;
-    if (out == NULL)
-        return gp_error_set(GP_ERR_INVALID, "gp_get_peak_composition: out is NULL");
-    if (out->version != GP_PEAK_COMPOSITION_VERSION || out->size != sizeof *out)
-        return gp_error_set(GP_ERR_INVALID,
-                            "gp_get_peak_composition: out has version %u and size %u; this library has version %u "
-                            "and size %zu (set both fields before the call)",
-                            out->version, out->size, GP_PEAK_COMPOSITION_VERSION, sizeof *out);
+    if ((rc = gp_versioned_out("gp_get_peak_composition", "out", out, GP_PEAK_COMPOSITION_VERSION, sizeof *out)) != GP_OK)
+        return rc;
     pthread_mutex_lock(&p->lock);
     gp_peak_composition c = p->peak_composition;
     pthread_mutex_unlock(&p->lock);

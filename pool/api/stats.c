@@ -71,13 +71,8 @@ GP_API int gp_get_stats(gp_pool *pool, gp_stats *stats)
     int rc = gp_pool_enter(pool, "gp_get_stats", &p);
     if (rc != GP_OK)
         return rc;
-    if (stats == NULL)
-        return gp_error_set(GP_ERR_INVALID, "gp_get_stats: stats is NULL");
-    if (stats->version != GP_STATS_VERSION || stats->size != sizeof *stats)
-        return gp_error_set(GP_ERR_INVALID,
-                            "gp_get_stats: stats has version %u and size %u; this library has version %u and size %zu "
-                            "(set both fields before the call)",
-                            stats->version, stats->size, GP_STATS_VERSION, sizeof *stats);
+    if ((rc = gp_versioned_out("gp_get_stats", "stats", stats, GP_STATS_VERSION, sizeof *stats)) != GP_OK)
+        return rc;
     snapshot(p, stats);
     return GP_OK;
 }

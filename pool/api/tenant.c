@@ -237,10 +237,8 @@ GP_API int gp_tenant_get_stats(gp_pool *pool, const char *name, gp_tenant_stats 
     int rc = gp_pool_enter(pool, "gp_tenant_get_stats", &p);
     if (rc != GP_OK)
         return rc;
-    if (stats == NULL || stats->size != sizeof *stats || stats->version != GP_TENANT_STATS_VERSION)
-        return gp_error_set(GP_ERR_INVALID,
-                            "gp_tenant_get_stats: stats must be non-NULL with size %zu and version %d set",
-                            sizeof *stats, GP_TENANT_STATS_VERSION);
+    if ((rc = gp_versioned_out("gp_tenant_get_stats", "stats", stats, GP_TENANT_STATS_VERSION, sizeof *stats)) != GP_OK)
+        return rc;
     gp_tenant *t = NULL;
     if ((rc = gp_tenant_find(p, name, "gp_tenant_get_stats", &t)) != GP_OK)
         return rc;

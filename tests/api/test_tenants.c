@@ -292,21 +292,36 @@ Test(tenants, pause_and_resume_round_trip_contents)
         cr_assert_eq(gp_free(pool, p[i], s), GP_OK);
 }
 
-Test(tenants, pause_fault_rolls_back)
+/* A sim-vmm pool with tenant m bound to a new stream (returned) holding one 9 MiB block, written with
+ * pattern 7, in *p. */
+static gp_stream tenant_m_with_a_block(void **p)
 {
     open_pool("sim-vmm", "device_memory:1GiB");
     create("m", 0, 0, 0);
     gp_stream s = gp_sim_stream_create(sim);
     cr_assert_eq(gp_tenant_bind_stream(pool, "m", s), GP_OK);
-    void *p;
-    cr_assert_eq(gp_alloc(pool, &p, 9 * MIB, s), GP_OK);
-    cr_assert_eq(gp_sim_launch(sim, s, p, 9 * MIB, GP_SIM_WRITE, 7, 100), GP_OK);
+    cr_assert_eq(gp_alloc(pool, p, 9 * MIB, s), GP_OK);
+    cr_assert_eq(gp_sim_launch(sim, s, *p, 9 * MIB, GP_SIM_WRITE, 7, 100), GP_OK);
     gp_sim_synchronize(sim);
-    gp_sim_fail_call(sim, 3, GP_SIM_CALL_UNMAP, GP_ERR_DEVICE);
-    cr_assert_eq(gp_tenant_pause(pool, "m", GP_PAUSE_KEEP_CONTENTS), GP_ERR_DEVICE);
+    return s;
+}
+
+/* Pauses m with the n-th device call of `kinds` failing: the pause fails, rolled back, and the pool
+ * checks out with m not paused. */
+static void pause_m_rolls_back(uint64_t n, unsigned kinds, unsigned flags)
+{
+    gp_sim_fail_call(sim, n, kinds, GP_ERR_DEVICE);
+    cr_assert_eq(gp_tenant_pause(pool, "m", flags), GP_ERR_DEVICE);
     cr_assert(strstr(gp_last_error(), "rolled back") != NULL, "%s", gp_last_error());
     cr_assert(!tenant("m").paused);
     cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+}
+
+Test(tenants, pause_fault_rolls_back)
+{
+    void *p;
+    gp_stream s = tenant_m_with_a_block(&p);
+    pause_m_rolls_back(3, GP_SIM_CALL_UNMAP, GP_PAUSE_KEEP_CONTENTS);
     cr_assert_eq(gp_sim_launch(sim, s, p, 9 * MIB, GP_SIM_CHECK, 7, 100), GP_OK);
     gp_sim_synchronize(sim);
     gp_sim_report r;
@@ -320,18 +335,9 @@ Test(tenants, pause_fault_rolls_back)
  * by trims, steals and the statistics' walk (found by fuzz_api through the peak composition's sum). */
 Test(tenants, pause_failing_before_any_unmap_leaves_no_range_paused)
 {
-    open_pool("sim-vmm", "device_memory:1GiB");
-    create("m", 0, 0, 0);
-    gp_stream s = gp_sim_stream_create(sim);
-    cr_assert_eq(gp_tenant_bind_stream(pool, "m", s), GP_OK);
     void *p;
-    cr_assert_eq(gp_alloc(pool, &p, 9 * MIB, s), GP_OK);
-    gp_sim_synchronize(sim);
-    gp_sim_fail_call(sim, 1, GP_SIM_CALL_DEVICE_SYNC, GP_ERR_DEVICE);
-    cr_assert_eq(gp_tenant_pause(pool, "m", 0), GP_ERR_DEVICE);
-    cr_assert(strstr(gp_last_error(), "rolled back") != NULL, "%s", gp_last_error());
-    cr_assert(!tenant("m").paused);
-    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    gp_stream s = tenant_m_with_a_block(&p);
+    pause_m_rolls_back(1, GP_SIM_CALL_DEVICE_SYNC, 0);
     gp_stats st = {.size = sizeof st, .version = GP_STATS_VERSION};
     cr_assert_eq(gp_get_stats(pool, &st), GP_OK);
     gp_breakdown b = {.size = sizeof b, .version = GP_BREAKDOWN_VERSION};
