@@ -7,10 +7,11 @@ a CPU build: no GPU either way), torch itself; the pools are on the simulated GP
 
 from __future__ import annotations
 
+import os
 import types
 import unittest
 
-from _support import MiB, SimTestCase, gpupool
+from _support import SIM_CONF, MiB, SimTestCase, gpupool
 
 from gpupool import torch_stats
 
@@ -194,6 +195,32 @@ class RealTorch(SimTestCase):
         self.assertIn("PyTorch CUDA memory summary", text)
         self.assertIn("Allocated memory", text)
         self.free(p)
+
+
+class PeakComposition(SimTestCase):
+    """GPUPOOL_CONF's peak_composition:on reaches stats(): what the reserved peak was made of."""
+
+    CONF = "backend:sim-vmm,device_memory:256MiB,peak_composition:on"
+
+    def test_stats_say_what_the_peak_held(self):
+        p = self.malloc(3 * MiB)
+        self.assertTrue(p, gpupool.last_error())
+        c = gpupool.stats()["peak_composition"]
+        self.assertTrue(c["recorded"])
+        self.assertEqual(c["unit"], "page")
+        parts = sum(c[k][f] for k in ("small", "large")
+                    for f in ("allocated_bytes", "pending_bytes", "free_in_used_bytes", "free_whole_bytes"))
+        self.assertEqual(parts + c["unmapped_cached_bytes"] + c["parked_bytes"], c["reserved_bytes"])
+        self.assertEqual(c["reserved_bytes"], gpupool.stats()["reserved_bytes_peak"])
+        self.assertEqual(c["large"]["allocated_bytes"], 3 * MiB)
+        self.assertEqual(c["large"]["free_in_used_bytes"], MiB, "the rest of the block's second page")
+        self.free(p)
+
+    def test_off_by_default(self):
+        os.environ["GPUPOOL_CONF"] = SIM_CONF
+        gpupool.release_all()
+        self.malloc(MiB)
+        self.assertNotIn("peak_composition", gpupool.stats())
 
 
 if __name__ == "__main__":
