@@ -59,6 +59,8 @@ void gp_current_tenant_forget_pool(uint64_t pool_serial);
 /* After an allocation of `request` bytes (pool lock held, no stream lock): when peak_composition is on
  * and reserved_peak rose above `peak_before`, records what reserved memory is made of now. */
 void gp_peak_note(gp_pool_state *p, size_t peak_before, size_t request);
+/* The last composition recorded (all zero but the unit while none was); takes the pool lock. */
+gp_peak_composition gp_peak_read(gp_pool_state *p);
 
 /* ---- tenant.c ---- */
 /* The tenant named `name`; GP_ERR_INVALID with a message starting with `fn` when there is none. */

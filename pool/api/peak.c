@@ -105,14 +105,8 @@ void gp_peak_note(gp_pool_state *p, size_t peak_before, size_t request)
     p->peak_composition = c;
 }
 
-GP_API int gp_get_peak_composition(gp_pool *pool, gp_peak_composition *out)
+gp_peak_composition gp_peak_read(gp_pool_state *p)
 {
-    gp_pool_state *p = NULL;
-    int rc = gp_pool_enter(pool, "gp_get_peak_composition", &p);
-    if (rc != GP_OK)
-        return rc;
-    if ((rc = gp_versioned_out("gp_get_peak_composition", "out", out, GP_PEAK_COMPOSITION_VERSION, sizeof *out)) != GP_OK)
-        return rc;
     pthread_mutex_lock(&p->lock);
     gp_peak_composition c = p->peak_composition;
     pthread_mutex_unlock(&p->lock);
@@ -121,6 +115,18 @@ GP_API int gp_get_peak_composition(gp_pool *pool, gp_peak_composition *out)
         c.unit_is_page = p->provider->pages;
         c.unit_bytes = p->provider->pages ? p->page : 0;
     }
+    return c;
+}
+
+GP_API int gp_get_peak_composition(gp_pool *pool, gp_peak_composition *out)
+{
+    gp_pool_state *p = NULL;
+    int rc = gp_pool_enter(pool, "gp_get_peak_composition", &p);
+    if (rc != GP_OK)
+        return rc;
+    if ((rc = gp_versioned_out("gp_get_peak_composition", "out", out, GP_PEAK_COMPOSITION_VERSION, sizeof *out)) != GP_OK)
+        return rc;
+    gp_peak_composition c = gp_peak_read(p);
     c.size = out->size;
     c.version = out->version;
     *out = c;

@@ -141,8 +141,7 @@ GP_API int gp_stats_json(gp_pool *pool, char *buf, size_t len, size_t *needed)
             (unsigned long long)ts[i].refusals, (unsigned long long)ts[i].pauses, ts[i].paused ? "true" : "false");
     put(&t, "]");
     if (p->cfg.peak_composition) {
-        gp_peak_composition c = {.size = sizeof c, .version = GP_PEAK_COMPOSITION_VERSION};
-        gp_get_peak_composition(pool, &c);
+        gp_peak_composition c = gp_peak_read(p);
         put(&t, ",\"peak_composition\":{\"recorded\":%s,\"unit\":\"%s\",\"unit_bytes\":%llu,\"reserved_bytes\":%llu,"
             "\"request_bytes\":%llu,\"num_allocs\":%llu,\"unmapped_cached_bytes\":%llu,\"parked_bytes\":%llu",
             c.recorded ? "true" : "false", c.unit_is_page ? "page" : "segment", (unsigned long long)c.unit_bytes,
