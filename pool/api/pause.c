@@ -119,6 +119,13 @@ GP_API int gp_tenant_pause(gp_pool *pool, const char *name, unsigned flags)
     } else {
         size_t lost = roll_back(p, held, nheld);
         if (lost == 0) {
+            /* Every page is mapped again. A range that gave up no page (nothing in use in it, or its
+             * first unmap failed) held nothing back for gp_vmm_map_back to unpause it: every range of
+             * t is unpaused here (a paused range is skipped by trims, steals, stitching and the
+             * statistics' walks; gp_check: only a paused tenant's range is paused). */
+            for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next)
+                if (tenant_range(seg, t) && seg->paused)
+                    gp_vmm_unpause_range(p, seg);
             gp_staging_drop(p, t);
             t->paused = false;
             gp_tenant_update_gate(t);

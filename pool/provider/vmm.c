@@ -895,7 +895,7 @@ int gp_vmm_unmap_resumed(gp_pool_state *p, gp_held_page *mapped, size_t n, size_
 
 int gp_vmm_pause_range(gp_pool_state *p, gp_segment *seg, gp_held_page *held, size_t *nheld)
 {
-    size_t pages = seg->size / p->page, before = *nheld;
+    size_t pages = seg->size / p->page;
     seg->paused = true;
     for (size_t i = 0; i < pages;) {
         uintptr_t va = seg->addr + i * p->page;
@@ -913,11 +913,8 @@ int gp_vmm_pause_range(gp_pool_state *p, gp_segment *seg, gp_held_page *held, si
         atomic_fetch_add(&p->num_unmaps, done);
         for (size_t k = 0; k < done; k++, i++)
             held[(*nheld)++] = (gp_held_page){seg, i, unmapped_page(p, seg, i)}; /* the ledger: at commit */
-        if (rc != GP_OK) {
-            if (*nheld == before) /* nothing of seg to map back, so nothing else would unpause it */
-                seg->paused = false;
+        if (rc != GP_OK)
             return rc;
-        }
     }
     return GP_OK;
 }

@@ -39,8 +39,8 @@ typedef struct gp_held_page {
  * range `paused`) and appends its handle to held[] (room for seg->mapped_bytes / page more), stopping
  * at a failure. The handles are given back by the caller once every range is done (gp_page_release),
  * or mapped back where they were (gp_vmm_map_back, which unpauses the range once it is whole again):
- * the physical memory never left, so the contents are intact. A failure before seg gave up any page
- * leaves it unpaused: no gp_vmm_map_back would ever see it.
+ * the physical memory never left, so the contents are intact. A range that gave up no page (nothing
+ * in use in it, or its first unmap failed) is seen by no gp_vmm_map_back: the rollback unpauses it.
  */
 int gp_vmm_pause_range(gp_pool_state *p, gp_segment *seg, gp_held_page *held, size_t *nheld);
 int gp_vmm_map_back(gp_pool_state *p, const gp_held_page *h);

@@ -350,6 +350,28 @@ Test(tenants, pause_failing_before_any_unmap_leaves_no_range_paused)
     cr_assert_eq(st.reserved_bytes, 0, "a trim gives the range's pages back");
 }
 
+/* A range of the tenant with nothing in use gives up no page when paused; when a later range's unmap
+ * fails, the rollback must unpause it too (fuzz_api: crash-pause-rollback-left-empty-range-paused). */
+Test(tenants, pause_failing_on_a_later_range_leaves_no_range_paused)
+{
+    open_pool("sim-vmm", "device_memory:1GiB");
+    create("m", 0, 0, 0);
+    gp_stream s = gp_sim_stream_create(sim);
+    cr_assert_eq(gp_tenant_bind_stream(pool, "m", s), GP_OK);
+    void *small, *p;
+    cr_assert_eq(gp_alloc(pool, &small, 4096, s), GP_OK); /* m's small range first, then emptied */
+    cr_assert_eq(gp_alloc(pool, &p, 9 * MIB, s), GP_OK);
+    cr_assert_eq(gp_free(pool, small, s), GP_OK);
+    gp_sim_synchronize(sim);
+    /* the pause trims the small range's free page first (one synchronize), then fails on the large one */
+    pause_m_rolls_back(2, GP_SIM_CALL_DEVICE_SYNC, 0);
+    cr_assert_eq(gp_free(pool, p, s), GP_OK);
+    cr_assert_eq(gp_trim(pool, 0, NULL), GP_OK);
+    gp_stats st = {.size = sizeof st, .version = GP_STATS_VERSION};
+    cr_assert_eq(gp_get_stats(pool, &st), GP_OK);
+    cr_assert_eq(st.reserved_bytes, 0, "a trim gives every range's pages back");
+}
+
 /* ---- issue 9: pause/resume regressions -------------------------------------------------------- */
 
 /* Finding 1: a block freed while its tenant is paused must not shift where the other blocks' contents
