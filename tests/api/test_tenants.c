@@ -317,6 +317,16 @@ static void pause_m_rolls_back(uint64_t n, unsigned kinds, unsigned flags)
     cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
 }
 
+/* Frees p on s and trims: no range may stay behind (a paused one would: trims skip it). */
+static void free_and_trim_to_nothing(void *p, gp_stream s)
+{
+    cr_assert_eq(gp_free(pool, p, s), GP_OK);
+    cr_assert_eq(gp_trim(pool, 0, NULL), GP_OK);
+    gp_stats st = {.size = sizeof st, .version = GP_STATS_VERSION};
+    cr_assert_eq(gp_get_stats(pool, &st), GP_OK);
+    cr_assert_eq(st.reserved_bytes, 0, "a trim gives every range's pages back");
+}
+
 Test(tenants, pause_fault_rolls_back)
 {
     void *p;
@@ -344,10 +354,7 @@ Test(tenants, pause_failing_before_any_unmap_leaves_no_range_paused)
     cr_assert_eq(gp_get_breakdown(pool, &b), GP_OK);
     cr_assert_eq(b.small.reserved_bytes + b.large.reserved_bytes, st.reserved_bytes,
                  "the statistics' walk sees every mapped range");
-    cr_assert_eq(gp_free(pool, p, s), GP_OK);
-    cr_assert_eq(gp_trim(pool, 0, NULL), GP_OK);
-    cr_assert_eq(gp_get_stats(pool, &st), GP_OK);
-    cr_assert_eq(st.reserved_bytes, 0, "a trim gives the range's pages back");
+    free_and_trim_to_nothing(p, s);
 }
 
 /* A range of the tenant with nothing in use gives up no page when paused; when a later range's unmap
@@ -365,11 +372,7 @@ Test(tenants, pause_failing_on_a_later_range_leaves_no_range_paused)
     gp_sim_synchronize(sim);
     /* the pause trims the small range's free page first (one synchronize), then fails on the large one */
     pause_m_rolls_back(2, GP_SIM_CALL_DEVICE_SYNC, 0);
-    cr_assert_eq(gp_free(pool, p, s), GP_OK);
-    cr_assert_eq(gp_trim(pool, 0, NULL), GP_OK);
-    gp_stats st = {.size = sizeof st, .version = GP_STATS_VERSION};
-    cr_assert_eq(gp_get_stats(pool, &st), GP_OK);
-    cr_assert_eq(st.reserved_bytes, 0, "a trim gives every range's pages back");
+    free_and_trim_to_nothing(p, s);
 }
 
 /* ---- issue 9: pause/resume regressions -------------------------------------------------------- */
