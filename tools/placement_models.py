@@ -20,9 +20,26 @@ multiples of peak live (requested sizes, as gpupool replay's reserved/live; bloc
              fit; what is left above the floor is free bytes in partly used pages;
   offline    requests above 512 KiB placed knowing every lifetime in advance (greedy by size: largest
              first, each at the lowest address free for its whole lifetime) in one address space, the
-             small ones as pages-bf: what a layout planned from a recorded pass could reach.
+             small ones as pages-bf: what a layout planned from a recorded pass could reach;
+  online-plan  what a pool that plans a repeating step as it runs could reach (STWeaver's idea, online):
+             when the last 16 large request sizes occurred before and the run of equal sizes
+             leading back from both ends is at least min(period, 256) long, the large blocks of the last
+             period whose lifetimes are complete are planned (greedy by size, as offline) in an address
+             space of their own, and the requests that follow are mapped onto that period in order: a
+             request of the planned size goes to its planned address when that is free, anything else
+             to best fit (pages-bf's large heap); a request of another size ends the plan until a
+             repetition is found again. Counted as pages-bf (pages holding live bytes);
+  online-plan-kept  the same, with the planned space's pages kept mapped up to its high-water mark
+             (what a pool that makes no map call once the plan is laid out holds);
+  lifetime-oracle  large blocks in two best-fit address spaces by their actual lifetime (at least
+             --lifetime-events allocation and free events, default 4096, or fewer), counted as pages-bf:
+             segregation by lifetime class (as LLAMA, Maas et al., ASPLOS 2020) with lifetimes known,
+             an upper bound for any predictor of them, and its figure moves with the threshold;
+  lifetime-predicted  the same, each lifetime class predicted from the last block of the same size after
+             the same two large request sizes (its lifetime, or its age while it lives; unseen: short).
 
-Usage: tools/placement_models.py [--repeat N] [--models arena-bf,pages-bf,offline] TRACE|FOLDER ...
+Usage: tools/placement_models.py [--repeat N] [--models arena-bf,pages-bf,offline,...] [--lifetime-events N]
+       TRACE|FOLDER ...
 Standard library only; minutes for traces of 100k events (the models scan free lists linearly).
 """
 import argparse
@@ -171,11 +188,157 @@ def offline_layout(evs):
     return addr_of
 
 
+def greedy_by_size(blocks):
+    """blocks: (size, start, end, id) -> ({id: address}, height): each block, largest first, at the lowest
+    address free for its whole lifetime [start, end)."""
+    placed, addr_of, height = [], {}, 0
+    for size, a, b, ident in sorted(blocks, key=lambda x: (-x[0], x[1])):
+        busy = sorted((o, s) for o, s, pa, pb in placed if pa < b and a < pb)
+        pos = 0
+        for o, s in busy:
+            if o - pos >= size:
+                break
+            pos = max(pos, o + s)
+        placed.append((pos, size, a, b))
+        addr_of[ident] = pos
+        height = max(height, pos + size)
+    return addr_of, height
+
+
+class PlannedSpace:
+    """An address space whose blocks go where a plan says, when that place is free."""
+
+    def __init__(self):
+        self.live = []   # [addr, end], sorted
+        self.used, self.pages, self.top = {}, 0, 0
+
+    def fits(self, addr, size):
+        i = bisect.bisect_right(self.live, [addr, float('inf')])
+        return not (i > 0 and self.live[i - 1][1] > addr) and not (i < len(self.live) and self.live[i][0] < addr + size)
+
+    def take(self, addr, size):
+        bisect.insort(self.live, [addr, addr + size])
+        Arena._touch(self, addr, size, 1)
+        self.top = max(self.top, addr + size)
+
+    def give(self, addr, size):
+        self.live.remove([addr, addr + size])
+        Arena._touch(self, addr, size, -1)
+
+
+def online_plan(evs, kept=False, gram=16, min_run=256, candidates=64):
+    small, heap, space = Arena(), Arena(), PlannedSpace()
+    where, hist, record_of, seen = {}, [], {}, {}  # hist: [size, alloc clock, free clock or None]
+    follow, pos, clock, peak = None, 0, 0, 0
+    for alloc, key, size, _ in evs:
+        if size <= SMALL:
+            if alloc:
+                where[key] = (small, small.alloc(size))
+            else:
+                small.release(where.pop(key)[1], size)
+            continue
+        clock += 1
+        if not alloc:
+            hist[record_of.pop(key)][2] = clock
+            space_of, addr = where.pop(key)
+            (space.give if space_of is space else heap.release)(addr, size)
+            continue
+        n = len(hist)
+        hist.append([size, clock, None])
+        record_of[key] = n
+        placed = False
+        if follow is not None:
+            start, period, plan = follow
+            if hist[start + pos][0] != size:
+                follow = None
+            else:
+                if pos in plan and space.fits(plan[pos], size):
+                    space.take(plan[pos], size)
+                    where[key] = (space, plan[pos])
+                    placed = True
+                pos = (pos + 1) % period
+        if not placed:
+            where[key] = (heap, heap.alloc(size))
+        if n + 1 >= gram:
+            prior = seen.setdefault(tuple(h[0] for h in hist[n - gram + 1:n + 1]), [])
+            if follow is None and prior:
+                best_run, j = 0, None
+                for c in prior:
+                    run = 0
+                    while c - run >= 0 and run < 4096 and hist[n - run][0] == hist[c - run][0]:
+                        run += 1
+                    if run > best_run or (run == best_run and (j is None or c < j)):
+                        best_run, j = run, c
+                period = n - j
+                if best_run >= min(period, min_run):
+                    t0 = hist[j + 1][1]
+                    done = [(hist[j + 1 + k][0], hist[j + 1 + k][1] - t0, hist[j + 1 + k][2] - t0, k)
+                            for k in range(period) if hist[j + 1 + k][2] is not None]
+                    follow, pos = (j + 1, period, greedy_by_size(done)[0]), 0
+            prior.append(n)
+            del prior[:-candidates]
+        planned_pages = (space.top + PAGE - 1) // PAGE if kept else space.pages
+        peak = max(peak, small.pages + heap.pages + planned_pages)
+    return peak * PAGE
+
+
+def lifetimes_known(evs, threshold):
+    """The allocation events whose block lives threshold events or more."""
+    born, long_lived = {}, set()
+    for i, (alloc, key, _, _) in enumerate(evs):
+        if alloc:
+            born[key] = i
+        elif i - born[key] >= threshold:
+            long_lived.add(born.pop(key))
+    return long_lived
+
+
+def lifetimes_predicted(evs, threshold, context=2):
+    """The large allocation events predicted long-lived from the last block of the same size after the
+    same `context` large request sizes: its lifetime when it was freed, its age so far when it is
+    not; a size and context not seen before is predicted short."""
+    last, born, lived, sizes, long_lived = {}, {}, {}, [], set()
+    for i, (alloc, key, size, _) in enumerate(evs):
+        if not alloc:
+            start = born.pop(key)
+            lived[start] = i - start
+            continue
+        born[key] = i
+        if size <= SMALL:
+            continue
+        ctx = (size,) + tuple(sizes[-context:])
+        j = last.get(ctx)
+        if j is not None and (lived[j] if j in lived else i - j) >= threshold:
+            long_lived.add(i)
+        last[ctx] = i
+        sizes.append(size)
+    return long_lived
+
+
+def lifetime_classes(evs, long_lived):
+    small, short, long_, where, peak = Arena(), Arena(), Arena(), {}, 0
+    for i, (alloc, key, size, _) in enumerate(evs):
+        if alloc:
+            space = small if size <= SMALL else long_ if i in long_lived else short
+            where[key] = (space, space.alloc(size))
+            peak = max(peak, small.pages + short.pages + long_.pages)
+        else:
+            space, addr = where.pop(key)
+            space.release(addr, size)
+    return peak * PAGE
+
+
 MODELS = {
     'arena-bf': arena_bf,
     'pages-bf': pages_bf,
     'offline': lambda evs: pages_bf(evs, offline_layout(evs)),
+    'online-plan': online_plan,
+    'online-plan-kept': lambda evs: online_plan(evs, kept=True),
+    'lifetime-oracle': lambda evs: lifetime_classes(evs, lifetimes_known(evs, LIFETIME_EVENTS)),
+    'lifetime-predicted': lambda evs: lifetime_classes(evs, lifetimes_predicted(evs, LIFETIME_EVENTS)),
 }
+LIFETIME_EVENTS = 4096
+DEFAULT_MODELS = 'arena-bf,pages-bf,offline'
 
 
 def traces_in(spec):
@@ -188,8 +351,10 @@ def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     ap.add_argument('paths', nargs='+')
     ap.add_argument('--repeat', type=int, default=3)
-    ap.add_argument('--models', default=','.join(MODELS))
+    ap.add_argument('--models', default=DEFAULT_MODELS, help=f"comma-separated, of: {', '.join(MODELS)}")
+    ap.add_argument('--lifetime-events', type=int, default=LIFETIME_EVENTS)
     args = ap.parse_args(argv)
+    globals()['LIFETIME_EVENTS'] = args.lifetime_events
     names = args.models.split(',')
     unknown = [n for n in names if n not in MODELS]
     if unknown:
