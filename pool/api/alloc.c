@@ -142,6 +142,8 @@ GP_API int gp_alloc(gp_pool *pool, void **out, size_t size, gp_stream stream)
     if (b == NULL && gp_block_map_reserve(&st->live)) {
         gp_heap *heap = gp_heap_of(st, small);
         b = gp_heap_quick_take(heap, rsize); /* a small size freed before: no split */
+        if (b == NULL && p->quick_aging && gp_heap_quick_tick(heap))
+            gp_quick_age(p, st, heap); /* quick blocks nobody asked for go back first (ds/heap.h) */
         if (b == NULL)
             b = gp_heap_take(heap, &st->blocks, rsize);
         if (b != NULL)

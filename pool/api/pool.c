@@ -64,6 +64,7 @@ GP_API int gp_pool_create(gp_pool **out, int device, const char *backend, const 
     p->ops = ops;
     p->routes_captures = ops->stream_capturing != NULL;
     p->provider = gp_provider_for(ops);
+    p->quick_aging = p->provider->pages;
     rc = gp_stream_table_init(&p->streams, cfg.max_streams);
     if (rc != GP_OK) {
         free(shell);

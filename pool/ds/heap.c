@@ -187,6 +187,34 @@ void gp_heap_quick_flush(gp_heap *heap, gp_block_cache *cache)
     assert(heap->quick_blocks == 0);
 }
 
+size_t gp_heap_quick_age(gp_heap *heap, gp_block_cache *cache, void (*released)(gp_block *, void *), void *ctx)
+{
+    unsigned epoch = gp_heap_quick_stamp(heap);
+    size_t count = 0;
+    for (unsigned g = 1; heap->quick_blocks > 0 && g < GP_QUICK_CLASSES; g++) {
+        gp_block **link = &heap->quick[g];
+        while (*link != NULL) {
+            gp_block *b = *link;
+            if (b->quick_epoch == epoch) { /* freed in this epoch: it may still be asked for */
+                link = &b->list_next;
+                continue;
+            }
+            *link = b->list_next;
+            b->list_next = NULL;
+            heap->quick_count[g]--;
+            heap->quick_blocks--;
+            heap->free_bytes -= b->size;
+            gp_block *merged = gp_heap_release(heap, cache, b);
+            count++;
+            if (released != NULL) /* it touches no QUICK block, so *link stays valid */
+                released(merged, ctx);
+        }
+    }
+    atomic_store_explicit(&heap->quick_epoch, epoch + 1, memory_order_relaxed);
+    heap->quick_ticks = 0;
+    return count;
+}
+
 /* Merges `right` (FREE, off the lists) into `left`, which it follows, and recycles it. */
 static void absorb(gp_block_cache *cache, gp_block *left, gp_block *right)
 {
@@ -244,11 +272,17 @@ bool gp_heap_check(const gp_heap *heap, char *why, size_t len)
             blocks++;
         }
     }
+    unsigned epoch = gp_heap_quick_stamp(heap);
+    CHECK(heap->quick_ticks < GP_QUICK_MAX, "heap: %u calls since the quick lists last aged (at most %d)",
+          heap->quick_ticks, GP_QUICK_MAX - 1);
     for (unsigned g = 0; g < GP_QUICK_CLASSES; g++) {
         unsigned n = 0;
         for (const gp_block *b = heap->quick[g]; b != NULL; b = b->list_next, n++) {
             CHECK(b->state == GP_BLOCK_QUICK && b->size == g * GP_GRANULE, "heap: block %p (state %d, %zu bytes) on "
                   "the quick list of %zu bytes", (void *)b->addr, (int)b->state, b->size, g * GP_GRANULE);
+            /* aging released every block of an earlier epoch when it began this one */
+            CHECK(b->quick_epoch == epoch || b->quick_epoch + 1 == epoch, "heap: quick block %p was stamped in "
+                  "epoch %u, the heap is in epoch %u (aging missed it)", (void *)b->addr, b->quick_epoch, epoch);
             bytes += b->size;
         }
         CHECK(n == heap->quick_count[g], "heap: the quick list of %zu bytes holds %u blocks, counted %u",

@@ -8,11 +8,32 @@
  * gp_heap_quick_flush returns them to the free lists (coalescing) before the heap misses, and before
  * anything looks for wholly free segments or pages.
  *
+ * Aging the quick lists (as jemalloc's tcache garbage collection). A quick-listed block is free memory
+ * that nothing can coalesce with: while it waits, the free space around it stays cut in pieces, and
+ * best fit puts the next requests of other sizes into those pieces, wherever the block lies. That is
+ * right while its size is asked for again soon (a loop that frees and allocates the same sizes takes
+ * it back within a few calls), and wrong after a burst of frees (the end of a step, of a request, of a
+ * model's work), which leaves up to GP_QUICK_MAX blocks of every small size scattered over pages that
+ * would otherwise be wholly free, so that what is allocated next (often what lives long: the next
+ * step's first tensors, a model loaded again) is spread over all those pages and keeps them in use.
+ * So the lists age: every freed block is stamped with the heap's quick_epoch, the heap counts its
+ * best-fit takes and its releases (quick_ticks: the calls the quick lists did not serve), and after
+ * GP_QUICK_MAX of them gp_heap_quick_age releases (coalescing) the quick blocks stamped in an earlier
+ * epoch, i.e. those that waited through at least GP_QUICK_MAX such calls without being asked for, and
+ * begins the next epoch. The interval is the list's own capacity, not a figure of any workload: a
+ * block that outlasts that many other calls is not reuse the list exists for. What is asked for again
+ * within an epoch is untouched, so a steady loop keeps its O(1) path. Only calls that take the
+ * stream's path count, and the caller returns a stream's thread-cached blocks (the tops of its quick
+ * lists, provider/thread_cache.h) before aging, so the cache stays layout-neutral. Which pools age
+ * their heaps is the pool's choice (provider/pool_state.h: quick_aging, the pools of pages).
+ *
  * Invariant: free_bytes == sum of the sizes of the blocks on the free lists and the quick lists, and
  * bit c of `nonempty` is set exactly when lists[c] is not empty. Callers hold the owning stream's lock.
  */
 #ifndef GP_HEAP_H
 #define GP_HEAP_H
+
+#include <stdatomic.h>
 
 #include "ds/block.h"
 #include "ds/size_class.h"
@@ -28,6 +49,10 @@ typedef struct gp_heap {
     gp_block *quick[GP_QUICK_CLASSES]; /* singly linked through list_next */
     unsigned quick_count[GP_QUICK_CLASSES];
     size_t quick_blocks;
+    /* Aging (above): the stamp of blocks freed now (written under the stream's lock, read by a thread
+     * cache's free without it), and the takes and releases since the epoch began. */
+    _Atomic unsigned quick_epoch;
+    unsigned quick_ticks;
 } gp_heap;
 
 /* A cache of block structs, so that splitting needs no malloc in steady state. */
@@ -83,6 +108,25 @@ bool gp_heap_quick_put(gp_heap *heap, gp_block *b);
 
 /* Returns every QUICK block to the free lists, coalescing. */
 void gp_heap_quick_flush(gp_heap *heap, gp_block_cache *cache);
+
+/* The stamp a block freed now carries while it waits on a quick list or in a thread cache. */
+static inline unsigned gp_heap_quick_stamp(const gp_heap *heap)
+{
+    return atomic_load_explicit(&heap->quick_epoch, memory_order_relaxed);
+}
+
+/* Counts one call of the heap that its quick lists did not serve (a best-fit take, a release); true
+ * when the quick lists are due for aging (the caller returns the stream's thread-cached blocks and
+ * calls gp_heap_quick_age). */
+static inline bool gp_heap_quick_tick(gp_heap *heap)
+{
+    return ++heap->quick_ticks >= GP_QUICK_MAX;
+}
+
+/* Releases (coalescing) every QUICK block stamped before the current epoch and begins the next one;
+ * `released` (or NULL) sees each block a release made, as the caller of gp_heap_release would, and
+ * must leave the quick lists alone. Returns the blocks released. */
+size_t gp_heap_quick_age(gp_heap *heap, gp_block_cache *cache, void (*released)(gp_block *, void *), void *ctx);
 
 /* gp_check's check of one heap (owner locked): the invariant above, every block on lists[c] FREE, of
  * class c and linked both ways, every block on a quick list QUICK and of its list's size. false with

@@ -49,6 +49,27 @@ void gp_pending_collect(gp_pool_state *p, gp_stream_state *st, unsigned limit)
     }
 }
 
+typedef struct aging {
+    gp_pool_state *p;
+    gp_stream_state *st;
+} aging;
+
+/* What gp_block_to_heap does after a release: a stitched range's wholly free pages swap back home. */
+static void settle_aged(gp_block *merged, void *ctx)
+{
+    aging *a = ctx;
+    if (merged->segment->stitched && merged->size >= a->p->page)
+        gp_alias_settle(a->p, a->st, merged);
+}
+
+void gp_quick_age(gp_pool_state *p, gp_stream_state *st, gp_heap *heap)
+{
+    if (st->lenders != NULL)
+        gp_thread_cache_return(p, st);
+    aging a = {p, st};
+    gp_heap_quick_age(heap, &st->blocks, settle_aged, &a);
+}
+
 void gp_collect_all_pending(gp_pool_state *p)
 {
     unsigned count = atomic_load(&p->streams.count);

@@ -24,6 +24,10 @@ void gp_collect_all_pending(gp_pool_state *p);
  * st's heap (destroy only; st locked). GP_OK or the first failure of event_synchronize. */
 int gp_pending_drain(gp_pool_state *p, gp_stream_state *st);
 
+/* Ages the quick lists of heap (st's, st locked; ds/heap.h) after returning st's thread-cached blocks,
+ * the tops of those lists, so that the same blocks age with the cache as without it. */
+void gp_quick_age(gp_pool_state *p, gp_stream_state *st, gp_heap *heap);
+
 /* Inline: the free fast path ends here. A block for a quick list goes on top of the lenders' blocks
  * of owner (their lists are the top of the quick lists, provider/thread_cache.h): they are returned
  * first, so that the stack keeps the order it has without thread caches. */
@@ -37,6 +41,7 @@ static inline void gp_block_to_heap(gp_pool_state *p, gp_stream_state *owner, gp
     b->free_since = now;
     if (owner->lenders != NULL && b->size < GP_QUICK_CLASSES * GP_GRANULE)
         gp_thread_cache_return(p, owner);
+    b->quick_epoch = gp_heap_quick_stamp(heap);
     if (gp_heap_quick_put(heap, b))
         return;
     /* Past the quick lists, which a stitched block (whole pages) never goes on: its homes free again */
@@ -48,6 +53,9 @@ static inline void gp_block_to_heap(gp_pool_state *p, gp_stream_state *owner, gp
      * was not whole pages, such as a stitched block's tail, or a small block) */
     if (merged->segment->stitched && merged->size >= p->page)
         gp_alias_settle(p, owner, merged);
+    /* last: aging may coalesce with merged (ds/heap.h) */
+    if (p->quick_aging && gp_heap_quick_tick(heap))
+        gp_quick_age(p, owner, heap);
 }
 
 #endif /* GP_PENDING_H */

@@ -4,6 +4,7 @@
  * stats and their JSON, and destroy's leak report checked against the sim's own ledger.
  */
 #include <criterion/criterion.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -313,4 +314,56 @@ Test(alloc, destroy_reports_live_blocks_and_returns_every_byte)
     cr_assert(r.closed);
     cr_assert_eq(r.leaked_bytes_at_close, 0, "destroy gave every byte back");
     cr_assert_eq(r.leaked_events_at_close, 0);
+}
+
+/*
+ * Quick lists age (ds/heap.h): a small freed block that nobody asks for again while many other calls
+ * go by returns to the free lists and coalesces, so the space around it serves other sizes. Here a
+ * 4 KiB block freed before 200 allocate+free pairs of another size (each pair two calls the quick
+ * lists do not serve, well past two epochs of GP_QUICK_MAX = 64 calls) merges with its freed 16 KiB
+ * neighbour, and a 20 KiB request gets the hole at its address. With 10 pairs (one epoch has not
+ * passed) it still waits on its quick list and the request goes elsewhere. The same with the thread
+ * cache on and off: the cache's blocks are the tops of the quick lists and age with them. Only a pool
+ * of pages ages its quick lists (provider/pool_state.h: quick_aging), so on the cudaMalloc path the
+ * block waits either way.
+ */
+static void *placed_after_pairs(const char *backend, const char *config, int pairs)
+{
+    gp_pool_destroy(pool, NULL);
+    gp_sim_release(sim);
+    cr_assert_eq(gp_pool_create(&pool, 0, backend, config), GP_OK, "%s", gp_last_error());
+    sim = gp_sim_of(pool);
+    gp_sim_retain(sim);
+    void *a, *b, *c, *x, *d;
+    cr_assert_eq(gp_alloc(pool, &a, 4096, NULL), GP_OK);
+    cr_assert_eq(gp_alloc(pool, &b, 16384, NULL), GP_OK);
+    cr_assert_eq(gp_alloc(pool, &c, 16384, NULL), GP_OK); /* keeps the hole at a closed */
+    cr_assert_eq((uintptr_t)b, (uintptr_t)a + 4096, "a fresh small segment is filled in order");
+    cr_assert_eq(gp_free(pool, a, NULL), GP_OK); /* onto the 4 KiB quick list */
+    for (int i = 0; i < pairs; i++) {
+        cr_assert_eq(gp_alloc(pool, &x, 32768, NULL), GP_OK);
+        cr_assert_eq(gp_free(pool, x, NULL), GP_OK);
+    }
+    cr_assert_eq(gp_free(pool, b, NULL), GP_OK);
+    cr_assert_eq(gp_alloc(pool, &d, 20480, NULL), GP_OK);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_free(pool, c, NULL), GP_OK);
+    cr_assert_eq(gp_free(pool, d, NULL), GP_OK);
+    return (uintptr_t)d == (uintptr_t)a ? a : NULL;
+}
+
+Test(alloc, a_small_block_nobody_asks_for_again_leaves_its_quick_list_and_coalesces)
+{
+    const char *backends[] = {"sim", "sim-vmm"};
+    const char *configs[] = {"device_memory:1GiB,thread_cache:on", "device_memory:1GiB,thread_cache:off"};
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++) {
+            bool ages = strcmp(backends[i], "sim-vmm") == 0;
+            cr_assert_eq(placed_after_pairs(backends[i], configs[j], 200) != NULL, ages,
+                         "%s %s: after 400 other calls the 4 KiB block %s", backends[i], configs[j],
+                         ages ? "coalesced with its neighbour" : "waits on its quick list (no aging)");
+            cr_assert_null(placed_after_pairs(backends[i], configs[j], 10),
+                           "%s %s: after 20 other calls the 4 KiB block still waits on its quick list",
+                           backends[i], configs[j]);
+        }
 }

@@ -104,3 +104,88 @@ Test(heap, no_fit_returns_null_and_changes_nothing)
     cr_assert_null(gp_heap_take(&heap, &cache, 21 * MIB));
     cr_assert_eq(heap.free_bytes, before);
 }
+
+/* Puts b (LIVE) on its quick list as a free on its stream's path does: stamped, then pushed. */
+static void quick_free(gp_block *b)
+{
+    b->quick_epoch = gp_heap_quick_stamp(&heap);
+    cr_assert(gp_heap_quick_put(&heap, b));
+}
+
+static void assert_heap_checks(void)
+{
+    char why[256] = "";
+    cr_assert(gp_heap_check(&heap, why, sizeof why), "%s", why);
+}
+
+Test(heap, aging_releases_only_quick_blocks_of_an_earlier_epoch)
+{
+    /* live separators keep the quick blocks apart, so each release shows as its own free block */
+    gp_block *old[3], *young[2], *sep[5];
+    for (int i = 0; i < 3; i++) {
+        old[i] = take(4096);
+        sep[i] = take(512);
+    }
+    for (int i = 0; i < 2; i++) {
+        young[i] = take(4096);
+        sep[3 + i] = take(512);
+    }
+    for (int i = 0; i < 3; i++)
+        quick_free(old[i]);
+    unsigned first = gp_heap_quick_stamp(&heap);
+    cr_assert_eq(gp_heap_quick_age(&heap, &cache, NULL, NULL), 0, "blocks of the current epoch wait");
+    cr_assert_eq(gp_heap_quick_stamp(&heap), first + 1);
+    for (int i = 0; i < 2; i++)
+        quick_free(young[i]);
+    size_t free_blocks = heap.free_blocks, free_bytes = heap.free_bytes;
+    assert_heap_checks();
+
+    cr_assert_eq(gp_heap_quick_age(&heap, &cache, NULL, NULL), 3, "the three of the epoch before go back");
+    cr_assert_eq(heap.quick_blocks, 2);
+    cr_assert_eq(heap.quick_count[4096 / GP_GRANULE], 2);
+    cr_assert_eq(heap.free_blocks, free_blocks + 3, "each is a free block of its own between live ones");
+    cr_assert_eq(heap.free_bytes, free_bytes, "free bytes move from the quick lists to the free lists");
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(old[i]->state, GP_BLOCK_FREE);
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(young[i]->state, GP_BLOCK_QUICK);
+    assert_heap_checks();
+
+    /* a released block coalesces: freeing its separator makes one hole of both */
+    gp_block *merged = gp_heap_release(&heap, &cache, sep[0]);
+    cr_assert_eq(merged->addr, old[0]->addr);
+    cr_assert_geq(merged->size, 4096 + 512 + 4096);
+    cr_assert_eq(gp_heap_quick_age(&heap, &cache, NULL, NULL), 2);
+    cr_assert_eq(heap.quick_blocks, 0);
+    assert_heap_checks();
+}
+
+Test(heap, a_quick_block_taken_back_within_its_epoch_never_ages)
+{
+    gp_block *a = take(2048);
+    take(512);
+    uintptr_t addr = a->addr;
+    for (int round = 0; round < 10; round++) {
+        quick_free(a);
+        for (int i = 0; i < GP_QUICK_MAX - 1; i++)
+            cr_assert_not(gp_heap_quick_tick(&heap), "due only after GP_QUICK_MAX calls");
+        a = gp_heap_quick_take(&heap, 2048);
+        cr_assert_not_null(a);
+        cr_assert_eq(a->addr, addr, "the same block comes back from its quick list");
+        a->state = GP_BLOCK_LIVE;
+        cr_assert(gp_heap_quick_tick(&heap));
+        cr_assert_eq(gp_heap_quick_age(&heap, &cache, NULL, NULL), 0);
+    }
+    assert_heap_checks();
+}
+
+Test(heap, check_names_a_quick_block_that_aging_missed)
+{
+    gp_block *a = take(1024);
+    take(512);
+    quick_free(a);
+    a->quick_epoch = gp_heap_quick_stamp(&heap) - 2; /* older than any aging leaves */
+    char why[256] = "";
+    cr_assert_not(gp_heap_check(&heap, why, sizeof why));
+    cr_assert(strstr(why, "aging missed it") != NULL, "%s", why);
+}
