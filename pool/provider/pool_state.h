@@ -48,12 +48,6 @@ typedef struct gp_pool_state {
     const gp_backend_ops *ops;
     void *ctx;
     const struct gp_provider *provider; /* cudaMalloc segments or vmm pages (provider/provider.h) */
-    /* The quick lists age (ds/heap.h) on a pool of pages: a small page that aging empties moves where
-     * memory is needed with no device allocation, while on the cudaMalloc path an emptied 2 MiB small
-     * segment can only go back with cudaFree and come again with cudaMalloc (device calls in every
-     * step), and moving when small segments empty reshuffles the cap's steals (bench/RESULTS.md,
-     * 2026-12-02 evening: two of 22 traces worse there, none better). */
-    bool quick_aging;
     size_t device_total; /* the device's total memory, read at create */
 
     pthread_mutex_t lock; /* the pool lock: segments list, new streams, device allocation, steals */
@@ -110,6 +104,12 @@ typedef struct gp_pool_state {
      * (ops->stream_capturing) and this is no graph pool. Set before the pool is reachable, then read
      * only: one byte tested inline on every call (api.h, gp_capture_route). */
     bool routes_captures;
+    /* The quick lists age (ds/heap.h) on a pool of pages: a small page that aging empties moves where
+     * memory is needed with no device allocation, while on the cudaMalloc path an emptied 2 MiB small
+     * segment can only go back with cudaFree and come again with cudaMalloc (device calls in every
+     * step), and moving when small segments empty reshuffles the cap's steals (bench/RESULTS.md,
+     * 2026-12-02 evening: two of 22 traces worse there, none better). */
+    bool quick_aging;
     atomic_bool graph_window;
 } gp_pool_state;
 
