@@ -53,7 +53,7 @@ typedef struct gp_block {
     gp_block_state state;
     unsigned size_class; /* FREE: the list it is on */
     uint64_t free_since; /* FREE: the pool's coarse clock when it became free (idle release) */
-    unsigned quick_epoch; /* QUICK, LENT: its heap's quick_epoch when it was freed (ds/heap.h: aging) */
+    unsigned quick_epoch; /* QUICK: its heap's quick_epoch when it was freed (ds/heap.h: aging) */
     /* Streams other than the owner on which the block is used (gp_record_stream, or a free on another
      * stream). PENDING: events[i] was recorded on uses[i] at the free. */
     unsigned use_count, use_capacity;

@@ -210,7 +210,7 @@ size_t gp_heap_quick_age(gp_heap *heap, gp_block_cache *cache, void (*released)(
                 released(merged, ctx);
         }
     }
-    atomic_store_explicit(&heap->quick_epoch, epoch + 1, memory_order_relaxed);
+    heap->quick_epoch = epoch + 1;
     heap->quick_ticks = 0;
     return count;
 }

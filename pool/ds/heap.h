@@ -33,8 +33,6 @@
 #ifndef GP_HEAP_H
 #define GP_HEAP_H
 
-#include <stdatomic.h>
-
 #include "ds/block.h"
 #include "ds/size_class.h"
 
@@ -49,9 +47,8 @@ typedef struct gp_heap {
     gp_block *quick[GP_QUICK_CLASSES]; /* singly linked through list_next */
     unsigned quick_count[GP_QUICK_CLASSES];
     size_t quick_blocks;
-    /* Aging (above): the stamp of blocks freed now (written under the stream's lock, read by a thread
-     * cache's free without it), and the takes and releases since the epoch began. */
-    _Atomic unsigned quick_epoch;
+    /* Aging (above): the stamp of blocks freed now, and the takes and releases since it began. */
+    unsigned quick_epoch;
     unsigned quick_ticks;
 } gp_heap;
 
@@ -109,10 +106,11 @@ bool gp_heap_quick_put(gp_heap *heap, gp_block *b);
 /* Returns every QUICK block to the free lists, coalescing. */
 void gp_heap_quick_flush(gp_heap *heap, gp_block_cache *cache);
 
-/* The stamp a block freed now carries while it waits on a quick list or in a thread cache. */
+/* The stamp a block freed now carries while it waits on a quick list (a thread-cached block gets it
+ * when it comes back: provider/thread_cache.c). */
 static inline unsigned gp_heap_quick_stamp(const gp_heap *heap)
 {
-    return atomic_load_explicit(&heap->quick_epoch, memory_order_relaxed);
+    return heap->quick_epoch;
 }
 
 /* Counts one call of the heap that its quick lists did not serve (a best-fit take, a release); true

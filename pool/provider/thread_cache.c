@@ -26,11 +26,9 @@ static void to_quick_list(gp_stream_state *st, gp_block *b)
 {
     gp_heap *heap = gp_heap_of(st, b->segment->small);
     gp_block_map_unpromise(&st->live);
-    /* A stamp read without st's lock (gp_thread_cache_give) may lag the epoch; one of an earlier epoch
-     * ages as the oldest does (ds/heap.h: the stamps on a list are of this epoch or the one before). */
-    unsigned epoch = gp_heap_quick_stamp(heap);
-    if (b->quick_epoch != epoch)
-        b->quick_epoch = epoch - 1;
+    /* Stamped now, on its way back, with the epoch of its free: an epoch ends only in gp_quick_age,
+     * which returns every lender of st first (ds/heap.h), so no cached free costs a stamp. */
+    b->quick_epoch = gp_heap_quick_stamp(heap);
     if (gp_heap_quick_put(heap, b))
         return;
     uint64_t since = b->free_since;
@@ -238,7 +236,6 @@ bool gp_thread_cache_lend(gp_pool_state *p, gp_stream_state *st, gp_block *b)
         b->state = GP_BLOCK_LENT;
         b->requested = 0;
         b->free_since = atomic_load_explicit(&p->coarse_now, memory_order_relaxed);
-        b->quick_epoch = gp_heap_quick_stamp(gp_heap_of(st, b->segment->small));
         b->list_prev = NULL;
         b->list_next = e->free[g];
         e->free[g] = b;

@@ -276,7 +276,6 @@ static inline bool gp_thread_cache_give(gp_pool_state *p, gp_stream_state *st, u
         b->requested = 0;
         b->state = GP_BLOCK_LENT;
         b->free_since = atomic_load_explicit(&p->coarse_now, memory_order_relaxed);
-        b->quick_epoch = gp_heap_quick_stamp(gp_heap_of(st, b->segment->small));
         b->list_next = e->free[g];
         e->free[g] = b;
         e->count[g]++;
