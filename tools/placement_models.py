@@ -174,18 +174,9 @@ def offline_layout(evs):
         if alloc:
             start[key] = i
         else:
-            blocks.append((size, start.pop(key), i))
-    placed, addr_of = [], {}
-    for size, a, b in sorted(blocks, key=lambda x: (-x[0], x[1])):
-        busy = sorted((o, s) for o, s, pa, pb in placed if pa < b and a < pb)
-        pos = 0
-        for o, s in busy:
-            if o - pos >= size:
-                break
-            pos = max(pos, o + s)
-        placed.append((pos, size, a, b))
-        addr_of[a] = pos
-    return addr_of
+            a = start.pop(key)
+            blocks.append((size, a, i, a))
+    return greedy_by_size(blocks)[0]
 
 
 def greedy_by_size(blocks):
@@ -348,13 +339,14 @@ def traces_in(spec):
 
 
 def main(argv):
+    global LIFETIME_EVENTS
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     ap.add_argument('paths', nargs='+')
     ap.add_argument('--repeat', type=int, default=3)
     ap.add_argument('--models', default=DEFAULT_MODELS, help=f"comma-separated, of: {', '.join(MODELS)}")
     ap.add_argument('--lifetime-events', type=int, default=LIFETIME_EVENTS)
     args = ap.parse_args(argv)
-    globals()['LIFETIME_EVENTS'] = args.lifetime_events
+    LIFETIME_EVENTS = args.lifetime_events
     names = args.models.split(',')
     unknown = [n for n in names if n not in MODELS]
     if unknown:
