@@ -455,6 +455,28 @@ static bool growth_passes_cap(gp_pool_state *p, gp_stream_state *st, size_t rsiz
 }
 
 /*
+ * Whether growing st's heap of kind `small` for rsize would make memory past the pool's high-water
+ * mark (reserved_peak): the pages it needs beyond the page pool's, on top of what is reserved.
+ *
+ * Growth under the cache cap is cheap while it stays below the high-water mark: that memory was held
+ * before, and the figure that counts (the peak the device must hold, what a neighbour on the GPU
+ * cannot have) does not move. Past the mark it moves, for certain and for good, by every page grown.
+ * Where other streams of the same tenant are idle with whole free pages (several models or replicas
+ * taking turns at their peaks: one stream's peak comes while another's memory lies free), lending
+ * those pages to a stitched range (alias.h: loans) serves the request with map calls and no new
+ * memory, and the pages stay at home, so their owner takes them back without a call once the holder
+ * is done. This is the cap's own rule ("past the cap, lend rather than grow") applied where the peak,
+ * rather than the cap, is at stake. It never applies to a pool with one stream (nothing to lend), and
+ * it stops applying once the peak is set: in a loop that repeats its step, growth past the mark comes
+ * in the first steps, so the loans it makes are the steady state's and cost no call after them.
+ */
+static bool growth_raises_peak(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
+{
+    size_t need = 0, fresh = growth_beyond_pool(p, st, rsize, small, &need);
+    return atomic_load(&p->reserved) + fresh * p->page > atomic_load(&p->reserved_peak);
+}
+
+/*
  * Whether a stitched block for rsize wastes no more than the cache cap allows: it takes whole pages,
  * and the tail of its last one serves nothing while it lives. A pool of such blocks holds (1 + waste
  * / rsize) x what is asked for; past (1 + cache_slack), the slack the cap grants the whole pool, the
@@ -527,7 +549,8 @@ static bool small_pages_home(gp_pool_state *p, gp_stream_state *st)
  * (gp_alias_small_keep), then a new stitched range of st's own free pages (map calls, no new memory);
  * with loans:on, where growth would pass the cache cap, a new or repaired stitched range that also maps
  * other idle streams' free pages (map calls once, no new memory); a stitched range of st's free pages
- * and the pages they lack, grown for it (grow_and_stitch); growth in place from pooled, new or moved
+ * and the pages they lack, grown for it (grow_and_stitch); with loans:on, where growth would raise the
+ * pool's high-water mark, the same loan (growth_raises_peak); growth in place from pooled, new or moved
  * pages. A fast path on st may take the new memory between growth and adoption, so growth is retried. */
 static int alloc_vmm(gp_pool_state *p, gp_stream_state *st, size_t size, size_t rsize, bool small, void **out)
 {
@@ -560,6 +583,11 @@ static int alloc_vmm(gp_pool_state *p, gp_stream_state *st, size_t size, size_t 
         }
         if (b == NULL)
             b = grow_and_stitch(p, st, rsize, size);
+    }
+    if (b == NULL && lend && !gp_capture_underway() && stitch_waste_fits(p, rsize) &&
+        growth_raises_peak(p, st, rsize, small)) { /* it may unmap */
+        gp_alias_reclaim(p, NULL);
+        b = gp_alias_stitch(p, st, rsize, size, true);
     }
     int rc = GP_OK;
     for (int attempt = 0; b == NULL && attempt < 3; attempt++) {

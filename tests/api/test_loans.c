@@ -3,10 +3,13 @@
  * turns, each with its free memory in holes that its own peak does not fit, reach a steady state with
  * no map, unmap or device call, where moving pages (loans:off) pays map calls in every step; a page
  * lent to another stream's stitched block goes back to its owner only once that stream's work on it
- * is done; trim gives parked pages back; gp_check holds throughout. borrow:off, so that no free block
- * is borrowed whole and the pages have to be stitched.
+ * is done; trim gives parked pages back; growth under the cache cap that would raise the pool's
+ * high-water mark borrows an idle stream's free pages instead (and not those of a stream still at
+ * work on them); gp_check holds throughout. borrow:off, so that no free block is borrowed whole and
+ * the pages have to be stitched.
  */
 #include <criterion/criterion.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -251,4 +254,63 @@ Test(loans, destroy_with_a_pending_free_beside_a_parked_page)
     cr_assert_eq(gp_pool_destroy(pool, &leaks), GP_OK, "%s", gp_last_error());
     pool = NULL;
     cr_assert_eq(leaks.live_blocks, 1, "pa[1], reported as a leak");
+}
+
+/* a's peak (3H, freed) beside a block a keeps live (so its range cannot change stream whole), then a
+ * 4 MiB request on b: growth would stay under the cache cap (default slack) but raise the pool's
+ * high-water mark. Returns b's block; *held is a's live block. `a_busy`: a's peak is freed while a
+ * long kernel on a still writes it. */
+static void *past_the_peak_on_b(void **held, bool a_busy)
+{
+    *held = alloc_written(a, H, 300, 1000);
+    void *peak = alloc_written(a, 3 * H, 301, a_busy ? 100000000 : 1000);
+    cr_assert_eq(gp_free(pool, peak, a), GP_OK);
+    if (!a_busy)
+        gp_sim_synchronize(sim);
+    gp_stats before = stats_now();
+    cr_assert_eq(before.reserved_bytes, 4 * H, "reserved %zu", (size_t)before.reserved_bytes);
+    return alloc_written(b, 4 * MIB, 302, 1000);
+}
+
+Test(loans, growth_that_would_raise_the_peak_borrows_an_idle_streams_free_pages)
+{
+    open_pool("device_memory:1GiB,borrow:off,loans:on");
+    uint64_t creates = gp_sim_calls(sim, GP_SIM_CALL_PHYS_CREATE);
+    void *held, *y = past_the_peak_on_b(&held, false);
+    cr_assert_eq(stats_now().reserved_bytes, 4 * H, "b's block is two of a's free pages, lent: no new memory");
+    cr_assert_eq(gp_sim_calls(sim, GP_SIM_CALL_PHYS_CREATE), creates + 4 * H / (2 * MIB));
+    check_pattern(b, y, 4 * MIB, 302);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_free(pool, y, b), GP_OK);
+    gp_sim_synchronize(sim);
+    /* a's peak again: its pages come home from b (done) with no new memory */
+    void *x = alloc_written(a, 3 * H, 303, 1000);
+    check_pattern(a, x, 3 * H, 303);
+    cr_assert_eq(stats_now().reserved_bytes, 4 * H);
+    cr_assert_eq(gp_free(pool, x, a), GP_OK);
+    cr_assert_eq(gp_free(pool, held, a), GP_OK);
+    gp_sim_synchronize(sim);
+}
+
+Test(loans, pages_of_a_stream_still_at_work_are_not_lent_past_the_peak)
+{
+    open_pool("device_memory:1GiB,borrow:off,loans:on");
+    void *held, *y = past_the_peak_on_b(&held, true);
+    cr_assert_eq(stats_now().reserved_bytes, 4 * H + 4 * MIB, "a's kernel still writes its free pages: b grows");
+    check_pattern(b, y, 4 * MIB, 302);
+    gp_sim_synchronize(sim);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_free(pool, y, b), GP_OK);
+    cr_assert_eq(gp_free(pool, held, a), GP_OK);
+    gp_sim_synchronize(sim);
+}
+
+Test(loans, without_loans_growth_past_the_peak_makes_memory)
+{
+    open_pool("device_memory:1GiB,borrow:off,loans:off");
+    void *held, *y = past_the_peak_on_b(&held, false);
+    cr_assert_eq(stats_now().reserved_bytes, 4 * H + 4 * MIB);
+    cr_assert_eq(gp_free(pool, y, b), GP_OK);
+    cr_assert_eq(gp_free(pool, held, a), GP_OK);
+    gp_sim_synchronize(sim);
 }
