@@ -466,12 +466,21 @@ static bool growth_passes_cap(gp_pool_state *p, gp_stream_state *st, size_t rsiz
  * those pages to a stitched range (alias.h: loans) serves the request with map calls and no new
  * memory, and the pages stay at home, so their owner takes them back without a call once the holder
  * is done. This is the cap's own rule ("past the cap, lend rather than grow") applied where the peak,
- * rather than the cap, is at stake. It never applies to a pool with one stream (nothing to lend), and
- * it stops applying once the peak is set: in a loop that repeats its step, growth past the mark comes
- * in the first steps, so the loans it makes are the steady state's and cost no call after them.
+ * rather than the cap, is at stake. It never applies to a stream alone in its tenant (nothing to
+ * lend; the stitch with loans would only repair its own idle stitched ranges, unmapping and mapping
+ * for no memory saved). In a loop that repeats its step, growth past the mark comes in the first
+ * steps, so the rule acts there; what follows is the loans' own steady state (alias.h), reached later
+ * than without them: more map calls in the third pass, gone by the sixth on the workloads measured
+ * (bench/RESULTS.md).
  */
 static bool growth_raises_peak(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
 {
+    bool others = false; /* a stream of st's tenant that may lend */
+    unsigned streams = atomic_load(&p->streams.count);
+    for (unsigned i = 0; i < streams && !others; i++)
+        others = p->streams.by_index[i] != st && p->streams.by_index[i]->tenant == st->tenant;
+    if (!others)
+        return false;
     size_t need = 0, fresh = growth_beyond_pool(p, st, rsize, small, &need);
     return atomic_load(&p->reserved) + fresh * p->page > atomic_load(&p->reserved_peak);
 }
