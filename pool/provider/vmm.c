@@ -469,9 +469,9 @@ static bool growth_passes_cap(gp_pool_state *p, gp_stream_state *st, size_t rsiz
  * rather than the cap, is at stake. It never applies to a stream alone in its tenant (nothing to
  * lend; the stitch with loans would only repair its own idle stitched ranges, unmapping and mapping
  * for no memory saved). In a loop that repeats its step, growth past the mark comes in the first
- * steps, so the rule acts there; what follows is the loans' own steady state (alias.h), reached later
- * than without them: more map calls in the third pass, gone by the sixth on the workloads measured
- * (bench/RESULTS.md).
+ * steps, so the rule acts there; what follows is the loans' own steady state (alias.h). Measured on
+ * 68 several-stream workloads (bench/RESULTS.md), it costs map calls in later passes (a third more in
+ * the third) and saves device calls there.
  */
 static bool growth_raises_peak(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
 {
