@@ -163,6 +163,7 @@ bool gp_heap_quick_put(gp_heap *heap, gp_block *b)
     if (g >= GP_QUICK_CLASSES || heap->quick_count[g] >= GP_QUICK_MAX)
         return false;
     b->state = GP_BLOCK_QUICK;
+    b->quick_epoch = gp_heap_quick_stamp(heap); /* aging (heap.h) */
     b->requested = 0;
     gp_block_drop_uses(b);
     b->list_prev = NULL;

@@ -106,8 +106,8 @@ bool gp_heap_quick_put(gp_heap *heap, gp_block *b);
 /* Returns every QUICK block to the free lists, coalescing. */
 void gp_heap_quick_flush(gp_heap *heap, gp_block_cache *cache);
 
-/* The stamp a block freed now carries while it waits on a quick list (a thread-cached block gets it
- * when it comes back: provider/thread_cache.c). */
+/* The stamp gp_heap_quick_put gives a block it takes now (a thread-cached block gets it when it comes
+ * back to its quick list: provider/thread_cache.c). */
 static inline unsigned gp_heap_quick_stamp(const gp_heap *heap)
 {
     return heap->quick_epoch;

@@ -54,12 +54,11 @@ typedef struct aging {
     gp_stream_state *st;
 } aging;
 
-/* What gp_block_to_heap does after a release: a stitched range's wholly free pages swap back home. */
+/* What gp_block_to_heap does after a release (pending.h). */
 static void settle_aged(gp_block *merged, void *ctx)
 {
     aging *a = ctx;
-    if (merged->segment->stitched && merged->size >= a->p->page)
-        gp_alias_settle(a->p, a->st, merged);
+    gp_settle_released(a->p, a->st, merged);
 }
 
 void gp_quick_age(gp_pool_state *p, gp_stream_state *st, gp_heap *heap)

@@ -28,6 +28,15 @@ int gp_pending_drain(gp_pool_state *p, gp_stream_state *st);
  * the tops of those lists, so that the same blocks age with the cache as without it. */
 void gp_quick_age(gp_pool_state *p, gp_stream_state *st, gp_heap *heap);
 
+/* After a release into owner's heap (owner locked): a stitched range's page that is wholly free in
+ * `merged` now swaps back to its home (alias.h: a block that was not whole pages, such as a stitched
+ * block's tail, or a small block). The free path and aging (gp_quick_age) both release. */
+static inline void gp_settle_released(gp_pool_state *p, gp_stream_state *owner, gp_block *merged)
+{
+    if (merged->segment->stitched && merged->size >= p->page)
+        gp_alias_settle(p, owner, merged);
+}
+
 /* Inline: the free fast path ends here. A block for a quick list goes on top of the lenders' blocks
  * of owner (their lists are the top of the quick lists, provider/thread_cache.h): they are returned
  * first, so that the stack keeps the order it has without thread caches. */
@@ -41,7 +50,6 @@ static inline void gp_block_to_heap(gp_pool_state *p, gp_stream_state *owner, gp
     b->free_since = now;
     if (owner->lenders != NULL && b->size < GP_QUICK_CLASSES * GP_GRANULE)
         gp_thread_cache_return(p, owner);
-    b->quick_epoch = gp_heap_quick_stamp(heap);
     if (gp_heap_quick_put(heap, b))
         return;
     /* Past the quick lists, which a stitched block (whole pages) never goes on: its homes free again */
@@ -49,10 +57,7 @@ static inline void gp_block_to_heap(gp_pool_state *p, gp_stream_state *owner, gp
         return;
     gp_block *merged = gp_heap_release(heap, &owner->blocks, b);
     merged->free_since = now;
-    /* A stitched range's page that is wholly free now swaps back to its home (alias.h: a block that
-     * was not whole pages, such as a stitched block's tail, or a small block) */
-    if (merged->segment->stitched && merged->size >= p->page)
-        gp_alias_settle(p, owner, merged);
+    gp_settle_released(p, owner, merged);
     /* last: aging may coalesce with merged (ds/heap.h) */
     if (p->quick_aging && gp_heap_quick_tick(heap))
         gp_quick_age(p, owner, heap);

@@ -26,9 +26,9 @@ static void to_quick_list(gp_stream_state *st, gp_block *b)
 {
     gp_heap *heap = gp_heap_of(st, b->segment->small);
     gp_block_map_unpromise(&st->live);
-    /* Stamped now, on its way back, with the epoch of its free: an epoch ends only in gp_quick_age,
-     * which returns every lender of st first (ds/heap.h), so no cached free costs a stamp. */
-    b->quick_epoch = gp_heap_quick_stamp(heap);
+    /* The quick list stamps it now, on its way back, with the epoch of its free: an epoch ends only
+     * in gp_quick_age, which returns every lender of st first (ds/heap.h), so no cached free costs a
+     * stamp. */
     if (gp_heap_quick_put(heap, b))
         return;
     uint64_t since = b->free_since;

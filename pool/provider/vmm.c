@@ -408,6 +408,12 @@ static size_t growth_beyond_pool(gp_pool_state *p, gp_stream_state *st, size_t r
     return *need > p->pooled_count ? *need - p->pooled_count : 0;
 }
 
+/* Whether `fresh` new pages on top of what is reserved pass the pool's high-water mark (reserved_peak). */
+static bool past_peak(const gp_pool_state *p, size_t fresh)
+{
+    return atomic_load(&p->reserved) + fresh * p->page > atomic_load(&p->reserved_peak);
+}
+
 /*
  * Whether a new stitched range should serve a request of rsize on st rather than growth in place.
  *
@@ -436,8 +442,7 @@ static bool stitching_pays(gp_pool_state *p, gp_stream_state *st, size_t rsize)
     size_t fresh = growth_beyond_pool(p, st, rsize, false, &need);
     if (need >= n)
         return true;
-    return atomic_load(&p->reserved) + fresh * p->page > atomic_load(&p->reserved_peak) &&
-           gp_alias_free_pages(p, st) >= n;
+    return past_peak(p, fresh) && gp_alias_free_pages(p, st) >= n;
 }
 
 /*
@@ -466,23 +471,27 @@ static bool growth_passes_cap(gp_pool_state *p, gp_stream_state *st, size_t rsiz
  * those pages to a stitched range (alias.h: loans) serves the request with map calls and no new
  * memory, and the pages stay at home, so their owner takes them back without a call once the holder
  * is done. This is the cap's own rule ("past the cap, lend rather than grow") applied where the peak,
- * rather than the cap, is at stake. It never applies to a stream alone in its tenant (nothing to
- * lend; the stitch with loans would only repair its own idle stitched ranges, unmapping and mapping
- * for no memory saved). In a loop that repeats its step, growth past the mark comes in the first
+ * rather than the cap, is at stake. The caller tries it only where st's tenant has another stream
+ * (tenant_has_other_streams): alone, there is nothing to lend, and the stitch with loans would only
+ * repair st's own idle stitched ranges, unmapping and mapping for no memory saved. In a loop that repeats its step, growth past the mark comes in the first
  * steps, so the rule acts there; what follows is the loans' own steady state (alias.h). Measured on
  * 68 several-stream workloads (bench/RESULTS.md), it costs map calls in later passes (a third more in
  * the third) and saves device calls there.
  */
 static bool growth_raises_peak(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small)
 {
-    bool others = false; /* a stream of st's tenant that may lend */
-    unsigned streams = atomic_load(&p->streams.count);
-    for (unsigned i = 0; i < streams && !others; i++)
-        others = p->streams.by_index[i] != st && p->streams.by_index[i]->tenant == st->tenant;
-    if (!others)
-        return false;
     size_t need = 0, fresh = growth_beyond_pool(p, st, rsize, small, &need);
-    return atomic_load(&p->reserved) + fresh * p->page > atomic_load(&p->reserved_peak);
+    return past_peak(p, fresh);
+}
+
+/* Whether st's tenant has another stream, which may lend it pages (pool lock held). */
+static bool tenant_has_other_streams(const gp_pool_state *p, const gp_stream_state *st)
+{
+    unsigned streams = atomic_load(&p->streams.count);
+    for (unsigned i = 0; i < streams; i++)
+        if (p->streams.by_index[i] != st && p->streams.by_index[i]->tenant == st->tenant)
+            return true;
+    return false;
 }
 
 /*
@@ -594,7 +603,7 @@ static int alloc_vmm(gp_pool_state *p, gp_stream_state *st, size_t size, size_t 
             b = grow_and_stitch(p, st, rsize, size);
     }
     if (b == NULL && lend && !gp_capture_underway() && stitch_waste_fits(p, rsize) &&
-        growth_raises_peak(p, st, rsize, small)) { /* it may unmap */
+        tenant_has_other_streams(p, st) && growth_raises_peak(p, st, rsize, small)) { /* it may unmap */
         gp_alias_reclaim(p, NULL);
         b = gp_alias_stitch(p, st, rsize, size, true);
     }

@@ -272,6 +272,14 @@ static void *past_the_peak_on_b(void **held, bool a_busy)
     return alloc_written(b, 4 * MIB, 302, 1000);
 }
 
+/* Frees what past_the_peak_on_b left live and lets the device finish. */
+static void free_past_the_peak(void *y, void *held)
+{
+    cr_assert_eq(gp_free(pool, y, b), GP_OK);
+    cr_assert_eq(gp_free(pool, held, a), GP_OK);
+    gp_sim_synchronize(sim);
+}
+
 Test(loans, growth_that_would_raise_the_peak_borrows_an_idle_streams_free_pages)
 {
     open_pool("device_memory:1GiB,borrow:off,loans:on");
@@ -300,9 +308,7 @@ Test(loans, pages_of_a_stream_still_at_work_are_not_lent_past_the_peak)
     check_pattern(b, y, 4 * MIB, 302);
     gp_sim_synchronize(sim);
     cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
-    cr_assert_eq(gp_free(pool, y, b), GP_OK);
-    cr_assert_eq(gp_free(pool, held, a), GP_OK);
-    gp_sim_synchronize(sim);
+    free_past_the_peak(y, held);
 }
 
 Test(loans, without_loans_growth_past_the_peak_makes_memory)
@@ -310,7 +316,5 @@ Test(loans, without_loans_growth_past_the_peak_makes_memory)
     open_pool("device_memory:1GiB,borrow:off,loans:off");
     void *held, *y = past_the_peak_on_b(&held, false);
     cr_assert_eq(stats_now().reserved_bytes, 4 * H + 4 * MIB);
-    cr_assert_eq(gp_free(pool, y, b), GP_OK);
-    cr_assert_eq(gp_free(pool, held, a), GP_OK);
-    gp_sim_synchronize(sim);
+    free_past_the_peak(y, held);
 }
