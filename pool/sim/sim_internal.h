@@ -138,6 +138,7 @@ typedef struct gpsim_vmm {
     size_t handle_count, handle_capacity;
     uint64_t handles_created;
     size_t host_page_size;
+    size_t unchecked_ops;         /* operations since the last full invariant check (sim_vmm.c) */
 } gpsim_vmm;
 
 int gpsim_vmm_open(gpsim_vmm *vmm, size_t requested_capacity);
