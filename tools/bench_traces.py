@@ -31,8 +31,14 @@ PyTorch model results depend only on the trace and the model script, so they are
 default $XDG_CACHE_HOME or ~/.cache/gpupool-bench), keyed by the trace's path, size and mtime and the
 script's. A .csv.gz trace is decompressed into a temporary file for gpupool replay. Standard library only.
 
-Usage: tools/bench_traces.py [--gpupool build/gpupool] [--repeat 3] [--conf CONF] [--jobs N]
-                             [--no-shared] [--json] [--composition] [--cache DIR|--no-cache] [FOLDER|TRACE ...]
+A workload whose trace asks for more than the simulated device holds at its peak (replay's
+trace_peak_live_bytes > device_memory_bytes: several large models interleaved onto one 80 GiB GPU) fails
+allocations whatever a pool does, and the PyTorch models, which have no capacity, then replay another
+workload than the one served: its row is printed, marked, and left out of worst, geomean and targets.
+
+Usage: tools/bench_traces.py [--gpupool build/gpupool] [--repeat 3] [--conf CONF] [--device-memory SIZE]
+                             [--jobs N] [--no-shared] [--json] [--composition] [--cache DIR|--no-cache]
+                             [FOLDER|TRACE ...]
 """
 import argparse
 import concurrent.futures
@@ -152,9 +158,10 @@ def pytorch_model(path, script, expandable, cache_dir, passes, tmpdir):
     return res
 
 
-def replay(gpupool, path, backend, repeat, conf):
+def replay(gpupool, path, backend, repeat, conf, device_memory=None):
     c = f"backend:{backend}" + (f",{conf}" if conf else '')
-    return run_json([gpupool, 'replay', '--json', '--repeat', str(repeat), '--conf', c, path])['traces'][0]
+    dm = ['--device-memory', device_memory] if device_memory else []
+    return run_json([gpupool, 'replay', '--json', '--repeat', str(repeat), '--conf', c] + dm + [path])['traces'][0]
 
 
 def peak_parts(res):
@@ -188,18 +195,25 @@ def peak_text(parts):
 
 def measure(path, args, tmpdir):
     plain = plain_csv(path, tmpdir)
-    cuda = replay(args.gpupool, plain, 'sim', args.repeat, args.conf)
-    vmm = replay(args.gpupool, plain, 'sim-vmm', args.repeat, args.conf)
+    cuda = replay(args.gpupool, plain, 'sim', args.repeat, args.conf, args.device_memory)
+    vmm = replay(args.gpupool, plain, 'sim-vmm', args.repeat, args.conf, args.device_memory)
     pt = ptx = None
     if os.path.exists(args.model):
         pt = pytorch_model(path, args.model, False, args.cache, args.repeat, tmpdir)
         ptx = pytorch_model(path, args.model, True, args.cache, args.repeat, tmpdir)
     live = vmm['peak_live_bytes']
+    demand, device = vmm.get('trace_peak_live_bytes'), vmm.get('device_memory_bytes')
     return {
         'trace': os.path.relpath(path, SHARED) if path.startswith(SHARED) else path,
         'events': vmm['events'],
         'streams': vmm['streams'],
         'peak_live_bytes': live,
+        # what the trace asks for at its peak, as recorded, against what the simulated device holds: above
+        # it allocations fail whatever a pool does, and the PyTorch models (which have no capacity) replay
+        # another workload than the one served, so the row is left out of the summary and the targets
+        'trace_peak_live_bytes': demand,
+        'device_memory_bytes': device,
+        'over_device': bool(demand and device and demand > device),
         'page_floor_over_live': vmm.get('page_floor_over_live'),
         'cuda': cuda['reserved_over_live'],
         'pytorch': pt['reserved_over_live'] if pt else None,
@@ -282,8 +296,10 @@ def print_table(rows, args):
         print(f"{r['trace'][-38:]:38s} {r['streams']:>3d} {r['peak_live_bytes'] / (1 << 20):>9.1f} "
               f"{f3(r['page_floor_over_live']):>6s} {f3(r['cuda']):>6s} {f3(r['pytorch']):>7s} {f3(r['sim_vmm']):>7s} "
               f"{f3(r['pytorch_expandable']):>6s} {last:>17s} {r['failed_allocations']:>4d} "
-              f"{(w['model_us'] / 1000.0 if w else 0):>10.1f}")
+              f"{(w['model_us'] / 1000.0 if w else 0):>10.1f}{'  over the device' if r['over_device'] else ''}")
     print('-' * len(hdr))
+    over = [r for r in rows if r['over_device']]
+    rows = [r for r in rows if not r['over_device']]
     s = summary(rows)
     for what in ('worst', 'geomean'):
         cells = {k: s[k][what] if k in s else None for k, _ in RATIO_COLUMNS}
@@ -293,9 +309,15 @@ def print_table(rows, args):
               f"{f3(cells['pytorch']):>7s} {f3(cells['sim_vmm']):>7s} {f3(cells['pytorch_expandable']):>6s} "
               f"{'':>17s} {'':>4s} {wcell:>10s}")
     print()
-    print("ratios: peak reserved / peak live over 3 passes (floor: peak live in 512 B granules, in whole 2 MiB "
+    print(f"ratios: peak reserved / peak live over {args.repeat} passes (floor: peak live in 512 B granules, in whole 2 MiB "
           "pages). last: device calls in the last pass (cuda, sim-vmm) and sim-vmm map+unmap calls. warm-up: "
           "sim-vmm's first pass, modelled (call counts x published A100 costs per call, cli/replay.c).")
+    if over:
+        print(f"left out of worst, geomean and targets: {len(over)} workload(s) that ask for more than the "
+              "device holds (their allocations fail whatever a pool does; --device-memory sets the capacity):")
+        for r in over:
+            print(f"    {r['trace']}: peak live as traced {r['trace_peak_live_bytes'] / (1 << 30):.1f} GiB > "
+                  f"{r['device_memory_bytes'] / (1 << 30):.1f} GiB device, {r['failed_allocations']} failed allocations")
     for name, misses in targets(rows):
         state = 'MET' if not misses else f"MISSED on {len(misses)}"
         print(f"target {name}: {state}")
@@ -329,6 +351,8 @@ def main(argv):
     ap.add_argument('--model', default=os.path.join(SHARED, 'tools', 'pytorch_policy_model.py'))
     ap.add_argument('--repeat', type=int, default=3, help='passes over each trace (default 3)')
     ap.add_argument('--conf', default='', help='more pool configuration for both backends')
+    ap.add_argument('--device-memory', default=None,
+                    help="capacity of the simulated GPU, as replay's --device-memory (default: replay's, 80GiB)")
     ap.add_argument('--jobs', type=int, default=1, help='traces measured at once (default 1)')
     ap.add_argument('--no-shared', action='store_true', help='only the folders and files given')
     ap.add_argument('--cache', default=os.path.join(os.environ.get('XDG_CACHE_HOME', os.path.expanduser('~/.cache')),
@@ -365,8 +389,10 @@ def main(argv):
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
     if args.json:
-        print(json.dumps({'repeat': args.repeat, 'conf': args.conf, 'rows': rows, 'summary': summary(rows),
-                          'targets': [{'target': n, 'met': not m, 'misses': m} for n, m in targets(rows)]}))
+        fit = [r for r in rows if not r['over_device']]
+        print(json.dumps({'repeat': args.repeat, 'conf': args.conf, 'rows': rows, 'summary': summary(fit),
+                          'over_device': [r['trace'] for r in rows if r['over_device']],
+                          'targets': [{'target': n, 'met': not m, 'misses': m} for n, m in targets(fit)]}))
         return 0
     print_table(rows, args)
     if args.composition:

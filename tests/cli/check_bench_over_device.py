@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""tests/cli/check_bench_over_device.py — a workload that asks for more than the device holds.
+
+`gpupool replay --json` reports what the simulated device holds (device_memory_bytes: --conf's
+device_memory over --device-memory) and what the trace asks for at its peak as recorded
+(trace_peak_live_bytes, whatever the pool served). tools/bench_traces.py marks a workload whose trace
+asks for more than the device holds, and leaves it out of the summary and the targets (its failed
+allocations are the device's size, not the pool's doing), while a workload that fits stays in.
+
+Two synthetic traces, no ../shared needed: `fits` (40 MiB live at most) and `over` (three 40 MiB
+buffers live at once), replayed on a 64 MiB device; the PyTorch models are left out (--model names no
+file), so only gpupool runs.
+
+Usage: check_bench_over_device.py GPUPOOL WORK_DIR. Exits 1 on any failure, 0 otherwise.
+"""
+import json, os, shutil, subprocess, sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MIB = 1 << 20
+
+
+def write_trace(path, sizes_live_at_once):
+    """Allocates the sizes one after another (all live together), then frees them; twice over."""
+    with open(path, 'w') as f:
+        f.write('Thread,Time,Action,Pointer,Size,Stream\n')
+        t, ptr = 0, 0x10000000
+        for _ in range(2):
+            ptrs = []
+            for size in sizes_live_at_once:
+                t += 1
+                ptr += 0x10000000
+                ptrs.append((ptr, size))
+                f.write(f'0,{t},allocate,{hex(ptr)},{size},0x0\n')
+            for p, size in ptrs:
+                t += 1
+                f.write(f'0,{t},free,{hex(p)},{size},0x0\n')
+
+
+def main(argv):
+    gpupool, work = argv[1], argv[2]
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    fits, over = os.path.join(work, 'fits.csv'), os.path.join(work, 'over.csv')
+    write_trace(fits, [40 * MIB])
+    write_trace(over, [40 * MIB] * 3)
+    failures = []
+
+    # replay's own figures: the device as configured (--conf wins over --device-memory), the demand as traced
+    for conf, dm, want in (('backend:sim-vmm', '64MiB', 64 * MIB),
+                           ('backend:sim-vmm,device_memory:96MiB', '64MiB', 96 * MIB)):
+        p = subprocess.run([gpupool, 'replay', '--json', '--conf', conf, '--device-memory', dm, over],
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            failures.append(f'replay {conf} failed: {p.stderr.strip()}')
+            continue
+        r = json.loads(p.stdout)['traces'][0]
+        if r.get('device_memory_bytes') != want:
+            failures.append(f'{conf} --device-memory {dm}: device_memory_bytes {r.get("device_memory_bytes")}, '
+                            f'expected {want}')
+        if r.get('trace_peak_live_bytes') != 120 * MIB:
+            failures.append(f'trace_peak_live_bytes {r.get("trace_peak_live_bytes")}, expected {120 * MIB}')
+        if r['failed_allocations'] == 0:
+            failures.append(f'{conf}: 120 MiB live on a {want >> 20} MiB device failed nothing')
+
+    bench = [sys.executable, os.path.join(ROOT, 'tools', 'bench_traces.py'), '--gpupool', gpupool, '--no-shared',
+             '--no-cache', '--model', os.path.join(work, 'no-such-model.py'), '--device-memory', '64MiB',
+             '--repeat', '2', fits, over]
+    p = subprocess.run(bench + ['--json'], capture_output=True, text=True)
+    if p.returncode != 0:
+        failures.append(f'bench_traces --json failed ({p.returncode}): {p.stderr.strip()}')
+    else:
+        out = json.loads(p.stdout)
+        rows = {os.path.basename(r['trace']): r for r in out['rows']}
+        if not rows['over.csv']['over_device'] or rows['fits.csv']['over_device']:
+            failures.append(f"over_device: over {rows['over.csv']['over_device']}, fits {rows['fits.csv']['over_device']}")
+        if [os.path.basename(t) for t in out['over_device']] != ['over.csv']:
+            failures.append(f"over_device list {out['over_device']}")
+        failed = [t for t in out['targets'] if t['target'] == 'no failed allocation']
+        if not failed or not failed[0]['met']:
+            failures.append(f'the over-device workload still counts in the targets: {failed}')
+        if rows['over.csv']['failed_allocations'] == 0:
+            failures.append('the over-device workload failed nothing in bench_traces')
+    p = subprocess.run(bench, capture_output=True, text=True)
+    if p.returncode != 0 or 'over the device' not in p.stdout or 'left out of worst' not in p.stdout:
+        failures.append(f'bench_traces table does not mark the workload ({p.returncode}): {p.stdout[-600:]} '
+                        f'{p.stderr.strip()}')
+
+    for f in failures:
+        print('FAIL:', f)
+    if not failures:
+        print('replay reports the device and the demand; bench_traces leaves the over-device workload out')
+    return 1 if failures else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv))
