@@ -226,7 +226,7 @@ static void print_json_trace(FILE *f, const gp_trace *t, const gp_replay_result 
  * Checks the configuration before any trace is read, so that its errors name their source
  * (GPUPOOL_CONF, --device-memory or --conf) and not a trace. 0, or 2 with a message printed.
  */
-static int check_configuration(const char *dm, const char *conf, size_t *device_bytes)
+static int check_configuration(const char *dm, const char *conf, size_t *device_bytes, size_t *dm_bytes)
 {
     gp_config cfg;
     gp_config_defaults(&cfg);
@@ -238,6 +238,7 @@ static int check_configuration(const char *dm, const char *conf, size_t *device_
         rc = gp_config_apply(&cfg, item, "--device-memory");
     else if (rc == GP_OK)
         rc = gp_error_set(GP_ERR_CONFIG, "--device-memory: a value of %zu characters is not a size", strlen(dm));
+    *dm_bytes = cfg.device_memory;
     if (rc == GP_OK)
         rc = gp_config_apply(&cfg, conf, "--conf");
     if (rc == GP_OK)
@@ -371,9 +372,12 @@ int gp_cmd_replay(int argc, char **argv)
             plot = value;
         }
     }
-    size_t device_bytes = 0;
-    if ((status = check_configuration(dm, conf, &device_bytes)) != 0)
+    size_t device_bytes = 0, dm_bytes = 0;
+    if ((status = check_configuration(dm, conf, &device_bytes, &dm_bytes)) != 0)
         goto done;
+    /* --json's device_memory: --device-memory as given, or the size --conf's device_memory set instead */
+    char dm_used[GP_SIZE_TEXT_MAX];
+    const char *dm_json = device_bytes == dm_bytes ? dm : gp_format_size(device_bytes, dm_used);
     if (num_models > 0) {
         if (first_trace < argc) {
             fprintf(stderr, "gpupool replay: give traces either as --model NAME=TRACE or plainly, not both\n");
@@ -457,7 +461,7 @@ int gp_cmd_replay(int argc, char **argv)
         if (json) {
             if (ti > 0)
                 fputc(',', stdout);
-            print_json_trace(stdout, &trace, res, dm, device_bytes, conf);
+            print_json_trace(stdout, &trace, res, dm_json, device_bytes, conf);
         } else {
             if (ti > 0)
                 putchar('\n');

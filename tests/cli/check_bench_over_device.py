@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """tests/cli/check_bench_over_device.py — a workload that asks for more than the device holds.
 
-`gpupool replay --json` reports what the simulated device holds (device_memory_bytes: --conf's
-device_memory over --device-memory) and what the trace asks for at its peak as recorded
+`gpupool replay --json` reports what the simulated device holds (device_memory_bytes, and as text
+device_memory: --conf's device_memory over --device-memory) and what the trace asks for at its peak as recorded
 (trace_peak_live_bytes, whatever the pool served). tools/bench_traces.py marks a workload whose trace
 asks for more than the device holds, and leaves it out of the summary and the targets (its failed
 allocations are the device's size, not the pool's doing), while a workload that fits stays in.
@@ -46,8 +46,8 @@ def main(argv):
     failures = []
 
     # replay's own figures: the device as configured (--conf wins over --device-memory), the demand as traced
-    for conf, dm, want in (('backend:sim-vmm', '64MiB', 64 * MIB),
-                           ('backend:sim-vmm,device_memory:96MiB', '64MiB', 96 * MIB)):
+    for conf, dm, want, text in (('backend:sim-vmm', '64MiB', 64 * MIB, '64MiB'),
+                                 ('backend:sim-vmm,device_memory:96MiB', '64MiB', 96 * MIB, '96.0 MiB')):
         p = subprocess.run([gpupool, 'replay', '--json', '--conf', conf, '--device-memory', dm, over],
                            capture_output=True, text=True)
         if p.returncode != 0:
@@ -57,6 +57,8 @@ def main(argv):
         if r.get('device_memory_bytes') != want:
             failures.append(f'{conf} --device-memory {dm}: device_memory_bytes {r.get("device_memory_bytes")}, '
                             f'expected {want}')
+        if r.get('device_memory') != text:
+            failures.append(f'{conf} --device-memory {dm}: device_memory {r.get("device_memory")!r}, expected {text!r}')
         if r.get('trace_peak_live_bytes') != 120 * MIB:
             failures.append(f'trace_peak_live_bytes {r.get("trace_peak_live_bytes")}, expected {120 * MIB}')
         if r['failed_allocations'] == 0:
