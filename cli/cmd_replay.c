@@ -148,6 +148,14 @@ static void print_text(const gp_trace *t, const gp_replay_result *r)
         printf("  map calls             %llu map, %llu unmap; %llu in the first pass, %llu in the last\n",
                (unsigned long long)r->map_calls, (unsigned long long)r->unmap_calls,
                (unsigned long long)r->map_calls_first_repeat, (unsigned long long)r->map_calls_last_repeat);
+    if (r->quiet_from_pass > 0 && r->quiet_from_pass == r->repeats)
+        printf("  settled               in pass %u, the last: no device, map or unmap call in it\n", r->repeats);
+    else if (r->quiet_from_pass > 0)
+        printf("  settled               from pass %u: no device, map or unmap call in passes %u-%u\n",
+               r->quiet_from_pass, r->quiet_from_pass, r->repeats);
+    else
+        printf("  settled               no: the last pass made device, map or unmap calls (--repeat more to see "
+               "whether they stop)\n");
     if (r->first_creates + r->first_maps > 0)
         printf("  warm-up model         %.1f ms: first pass %llu creates, %llu maps, %llu set-access, %llu unmaps "
                "(%llu syncs) at A100 costs per call\n",
@@ -204,6 +212,7 @@ static void print_json_trace(FILE *f, const gp_trace *t, const gp_replay_result 
     fprintf(f, ",\"map_calls\":%llu,\"unmap_calls\":%llu,\"map_calls_first_repeat\":%llu,\"map_calls_last_repeat\":%llu",
             (unsigned long long)r->map_calls, (unsigned long long)r->unmap_calls,
             (unsigned long long)r->map_calls_first_repeat, (unsigned long long)r->map_calls_last_repeat);
+    fprintf(f, ",\"quiet_from_pass\":%u", r->quiet_from_pass);
     fprintf(f,
             ",\"peak_live_rounded_bytes\":%llu,\"page_floor_bytes\":%llu,\"page_floor_over_live\":%.6f,"
             "\"warmup\":{\"creates\":%llu,\"releases\":%llu,\"maps\":%llu,\"unmaps\":%llu,\"set_access\":%llu,"

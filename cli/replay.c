@@ -347,6 +347,10 @@ int gp_replay_run(const gp_trace *trace, const gp_replay_options *options, gp_re
         }
         r->device_calls_last_repeat = calls;
         r->map_calls_last_repeat = maps;
+        if (calls + maps > 0)
+            r->quiet_from_pass = 0;
+        else if (r->quiet_from_pass == 0)
+            r->quiet_from_pass = rep + 1;
     }
 
     gp_stats stats;

@@ -62,6 +62,10 @@ typedef struct gp_replay_result {
     uint64_t map_calls, unmap_calls;   /* pages mapped and unmapped, all passes (sim-vmm; 0 on sim) */
     uint64_t map_calls_last_repeat;    /* map + unmap calls in the last pass */
     uint64_t map_calls_first_repeat;
+    /* The first pass (counted from 1) from which no pass made a device, map or unmap call: the pool had
+     * settled there. 0 when the last pass made one (it had not settled, or settles later or never:
+     * replay more passes to tell). */
+    unsigned quiet_from_pass;
     /* The first (warm-up) pass, per kind of virtual-memory call (sim-vmm; 0 on sim). */
     uint64_t first_creates, first_releases, first_maps, first_unmaps, first_set_access, first_syncs;
     double warmup_model_us; /* the first pass's calls times the published A100 costs (see replay.c) */

@@ -36,8 +36,14 @@ trace_peak_live_bytes > device_memory_bytes: several large models interleaved on
 allocations whatever a pool does, and the PyTorch models, which have no capacity, then replay another
 workload than the one served: its row is printed, marked, and left out of worst, geomean and targets.
 
+The last of three passes says whether a pool still calls the device; not whether it stops later or
+never (a loop that runs for days wants the second answer). --settle N replays N passes wherever a
+backend still made calls in the last pass, and lists under that target the pass from which it made
+none (replay's quiet_from_pass), or the calls it still made in pass N.
+
 Usage: tools/bench_traces.py [--gpupool build/gpupool] [--repeat 3] [--conf CONF] [--device-memory SIZE]
-                             [--jobs N] [--no-shared] [--json] [--composition] [--cache DIR|--no-cache]
+                             [--settle N] [--jobs N] [--no-shared] [--json] [--composition]
+                             [--cache DIR|--no-cache]
                              [FOLDER|TRACE ...]
 """
 import argparse
@@ -201,6 +207,14 @@ def measure(path, args, tmpdir):
     if os.path.exists(args.model):
         pt = pytorch_model(path, args.model, False, args.cache, args.repeat, tmpdir)
         ptx = pytorch_model(path, args.model, True, args.cache, args.repeat, tmpdir)
+    settle = {}
+    for name, backend, res in (('cuda', 'sim', cuda), ('vmm', 'sim-vmm', vmm)):
+        if args.settle and args.settle > args.repeat and not res.get('quiet_from_pass'):
+            more = replay(args.gpupool, plain, backend, args.settle, args.conf, args.device_memory)
+            settle[name] = {'passes': args.settle, 'quiet_from_pass': more.get('quiet_from_pass', 0),
+                            'reserved_over_live': more['reserved_over_live'],
+                            'last_pass_device_calls': more['device_calls_last_repeat'],
+                            'last_pass_map_calls': more['map_calls_last_repeat']}
     live = vmm['peak_live_bytes']
     demand, device = vmm.get('trace_peak_live_bytes'), vmm.get('device_memory_bytes')
     return {
@@ -222,6 +236,11 @@ def measure(path, args, tmpdir):
         'cuda_last_pass_device_calls': cuda['device_calls_last_repeat'],
         'vmm_last_pass_device_calls': vmm['device_calls_last_repeat'],
         'vmm_last_pass_map_calls': vmm['map_calls_last_repeat'],
+        # the first pass from which no pass made a call (0: the last one did), and with --settle N what
+        # N passes show where the last of the --repeat passes still made calls
+        'cuda_quiet_from_pass': cuda.get('quiet_from_pass'),
+        'vmm_quiet_from_pass': vmm.get('quiet_from_pass'),
+        'settle': settle,
         'failed_allocations': cuda['failed_allocations'] + vmm['failed_allocations'],
         'first_failure': cuda['first_failure'] or vmm['first_failure'],
         'vmm_warmup': vmm.get('warmup'),
@@ -232,6 +251,28 @@ def measure(path, args, tmpdir):
 
 def r3(x):
     return round(x, 3) if x is not None else None
+
+
+def settle_text(settle, ratios):
+    """What --settle's longer replays showed, per backend that still made calls in the last pass: the pass
+    from which none made a call (only the last: it may be a lull in a cycle), or the calls of the last, and
+    the ratio over all N passes where it differs from the one over --repeat."""
+    parts = []
+    for name in ('cuda', 'vmm'):
+        m = (settle or {}).get(name)
+        if not m:
+            continue
+        if m['quiet_from_pass'] and m['quiet_from_pass'] < m['passes']:
+            text = f"{name} makes none from pass {m['quiet_from_pass']}"
+        elif m['quiet_from_pass']:
+            text = f"{name} makes none in pass {m['passes']} only"
+        else:
+            text = (f"{name} still calls in pass {m['passes']} ({m['last_pass_device_calls']} device, "
+                    f"{m['last_pass_map_calls']} map)")
+        if r3(m['reserved_over_live']) != r3(ratios[name]):
+            text += f", reserved/live {m['reserved_over_live']:.3f} over them"
+        parts.append(text)
+    return f"; over {max(m['passes'] for m in settle.values())} passes: " + ', '.join(parts) if parts else ''
 
 
 def targets(rows):
@@ -258,7 +299,8 @@ def targets(rows):
                                          if r3(r['cuda']) > CUDA_MAX]))
     out.append(("zero device and map calls in the last pass",
                 [(r['trace'], f"cuda {r['cuda_last_pass_device_calls']}, vmm {r['vmm_last_pass_device_calls']}"
-                  f" + {r['vmm_last_pass_map_calls']} maps") for r in rows
+                  f" + {r['vmm_last_pass_map_calls']} maps"
+                  f"{settle_text(r.get('settle'), {'cuda': r['cuda'], 'vmm': r['sim_vmm']})}") for r in rows
                  if r['cuda_last_pass_device_calls'] or r['vmm_last_pass_device_calls'] or r['vmm_last_pass_map_calls']]))
     out.append(("no failed allocation",
                 [(r['trace'], f"{r['failed_allocations']}: {r['first_failure']}") for r in rows if r['failed_allocations']]))
@@ -353,6 +395,9 @@ def main(argv):
     ap.add_argument('--conf', default='', help='more pool configuration for both backends')
     ap.add_argument('--device-memory', default=None,
                     help="capacity of the simulated GPU, as replay's --device-memory (default: replay's, 80GiB)")
+    ap.add_argument('--settle', type=int, default=0, metavar='N',
+                    help='where a backend still made calls in the last pass, replay N passes to tell whether '
+                         'and when they stop (a pool that settles later, or one that keeps calling)')
     ap.add_argument('--jobs', type=int, default=1, help='traces measured at once (default 1)')
     ap.add_argument('--no-shared', action='store_true', help='only the folders and files given')
     ap.add_argument('--cache', default=os.path.join(os.environ.get('XDG_CACHE_HOME', os.path.expanduser('~/.cache')),

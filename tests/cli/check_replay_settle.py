@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""tests/cli/check_replay_settle.py — whether and when a pool stops calling the device over passes.
+
+`gpupool replay` reports quiet_from_pass: the first pass (from 1) from which no pass made a device, map
+or unmap call, 0 when the last pass made one; its text says "settled". tools/bench_traces.py --settle N
+replays N passes wherever a backend still called in the last of its --repeat passes, and says from
+which pass it made none, or what it still made in pass N.
+
+Two synthetic traces, no ../shared needed, both backends:
+  - `steady`: one 40 MiB buffer allocated and freed twice: the first pass makes the memory, every later
+    pass reuses it (quiet from pass 2);
+  - `churn`: 200 blocks of 500 KiB live together and freed, then one 400 MiB buffer: the two phases
+    together are more than the cache cap allows (1.04 x peak), so every pass gives one phase's memory
+    back to make the other's (calls in every pass, by design: memory kept near demand).
+
+Usage: check_replay_settle.py GPUPOOL WORK_DIR. Exits 1 on any failure, 0 otherwise.
+"""
+import json, os, shutil, subprocess, sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+KIB, MIB = 1 << 10, 1 << 20
+BACKENDS = ('sim', 'sim-vmm')
+
+
+def write(path, phases):
+    """phases: lists of sizes, each allocated (all live together) and then freed, in order."""
+    with open(path, 'w') as f:
+        f.write('Thread,Time,Action,Pointer,Size,Stream\n')
+        t, ptr = 0, 0x10000000
+        for sizes in phases:
+            ptrs = []
+            for size in sizes:
+                t, ptr = t + 1, ptr + 0x10000000
+                ptrs.append((ptr, size))
+                f.write(f'0,{t},allocate,{hex(ptr)},{size},0x0\n')
+            for p, size in ptrs:
+                t += 1
+                f.write(f'0,{t},free,{hex(p)},{size},0x0\n')
+
+
+def replay(gpupool, trace, backend, repeat, failures, json_out=True):
+    cmd = [gpupool, 'replay', '--repeat', str(repeat), '--conf', f'backend:{backend}'] + (['--json'] if json_out else [])
+    p = subprocess.run(cmd + [trace], capture_output=True, text=True)
+    if p.returncode != 0:
+        failures.append(f'{" ".join(cmd)} {trace} failed: {p.stderr.strip()}')
+        return None
+    return json.loads(p.stdout)['traces'][0] if json_out else p.stdout
+
+
+def main(argv):
+    gpupool, work = argv[1], argv[2]
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    steady, churn = os.path.join(work, 'steady.csv'), os.path.join(work, 'churn.csv')
+    write(steady, [[40 * MIB], [40 * MIB]])
+    write(churn, [[500 * KIB] * 200, [400 * MIB]])
+    failures = []
+
+    for backend in BACKENDS:
+        r = replay(gpupool, steady, backend, 3, failures)
+        if r and (r['quiet_from_pass'] != 2 or r['device_calls_first_repeat'] == 0):
+            failures.append(f'steady on {backend}: quiet_from_pass {r["quiet_from_pass"]} (expected 2), '
+                            f'{r["device_calls_first_repeat"]} device calls in the first pass')
+        r = replay(gpupool, steady, backend, 1, failures)
+        if r and r['quiet_from_pass'] != 0:  # the only pass made the memory
+            failures.append(f'steady on {backend}, one pass: quiet_from_pass {r["quiet_from_pass"]}, expected 0')
+        r = replay(gpupool, churn, backend, 3, failures)
+        if r and (r['quiet_from_pass'] != 0 or r['device_calls_last_repeat'] + r['map_calls_last_repeat'] == 0):
+            failures.append(f'churn on {backend}: quiet_from_pass {r["quiet_from_pass"]}, last pass '
+                            f'{r["device_calls_last_repeat"]} device + {r["map_calls_last_repeat"]} map calls')
+        text = replay(gpupool, steady, backend, 3, failures, json_out=False) or ''
+        if 'settled               from pass 2: no device, map or unmap call in passes 2-3' not in text:
+            failures.append(f'steady on {backend}: text does not say it settled from pass 2:\n{text}')
+        text = replay(gpupool, churn, backend, 3, failures, json_out=False) or ''
+        if 'settled               no: the last pass made' not in text:
+            failures.append(f'churn on {backend}: text does not say it has not settled:\n{text}')
+
+    # bench_traces --settle: one pass of `steady` calls in its last, and five passes show it stops from the
+    # second; `churn` still calls in the fifth; no PyTorch model (--model names no file)
+    bench = [sys.executable, os.path.join(ROOT, 'tools', 'bench_traces.py'), '--gpupool', gpupool, '--no-shared',
+             '--no-cache', '--model', os.path.join(work, 'no-such-model.py'), '--repeat', '1', '--settle', '5',
+             steady, churn]
+    p = subprocess.run(bench + ['--json'], capture_output=True, text=True)
+    if p.returncode != 0:
+        failures.append(f'bench_traces --settle --json failed ({p.returncode}): {p.stderr.strip()}')
+    else:
+        rows = {os.path.basename(r['trace']): r for r in json.loads(p.stdout)['rows']}
+        for name, quiet in (('steady.csv', 2), ('churn.csv', 0)):
+            settle = rows[name]['settle']
+            for backend in ('cuda', 'vmm'):
+                m = settle.get(backend)
+                if not m or m['passes'] != 5 or m['quiet_from_pass'] != quiet:
+                    failures.append(f'bench_traces --settle 5, {name} on {backend}: {m} (expected quiet from {quiet})')
+            if quiet == 0 and not (settle.get('cuda', {}).get('last_pass_device_calls') and
+                                   settle.get('vmm', {}).get('last_pass_map_calls')):
+                failures.append(f'churn in pass 5 made no calls: {settle}')
+    p = subprocess.run(bench, capture_output=True, text=True)
+    for want in ('steady.csv: cuda 1, vmm ', 'over 5 passes: cuda makes none from pass 2, vmm makes none from pass 2',
+                 'over 5 passes: cuda still calls in pass 5 ('):
+        if want not in p.stdout:
+            failures.append(f'bench_traces --settle table lacks {want!r} ({p.returncode}): {p.stdout[-900:]} '
+                            f'{p.stderr.strip()}')
+
+    for f in failures:
+        print('FAIL:', f)
+    if not failures:
+        print('replay says from which pass a pool made no call; bench_traces --settle says it over more passes')
+    return 1 if failures else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv))
