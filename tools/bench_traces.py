@@ -38,8 +38,9 @@ workload than the one served: its row is printed, marked, and left out of worst,
 
 The last of three passes says whether a pool still calls the device; not whether it stops later or
 never (a loop that runs for days wants the second answer). --settle N replays N passes wherever a
-backend still made calls in the last pass, and lists under that target the pass from which it made
-none (replay's quiet_from_pass), or the calls it still made in pass N.
+backend still made calls in the last pass (not on a workload over the device), and lists under that
+target the pass from which it made none (replay's quiet_from_pass), or the calls it still made in
+pass N.
 
 Usage: tools/bench_traces.py [--gpupool build/gpupool] [--repeat 3] [--conf CONF] [--device-memory SIZE]
                              [--settle N] [--jobs N] [--no-shared] [--json] [--composition]
@@ -207,16 +208,17 @@ def measure(path, args, tmpdir):
     if os.path.exists(args.model):
         pt = pytorch_model(path, args.model, False, args.cache, args.repeat, tmpdir)
         ptx = pytorch_model(path, args.model, True, args.cache, args.repeat, tmpdir)
+    demand, device = vmm.get('trace_peak_live_bytes'), vmm.get('device_memory_bytes')
+    over_device = bool(demand and device and demand > device)
     settle = {}
     for name, backend, res in (('cuda', 'sim', cuda), ('vmm', 'sim-vmm', vmm)):
-        if args.settle and args.settle > args.repeat and not res.get('quiet_from_pass'):
+        if args.settle and args.settle > args.repeat and not res.get('quiet_from_pass') and not over_device:
             more = replay(args.gpupool, plain, backend, args.settle, args.conf, args.device_memory)
             settle[name] = {'passes': args.settle, 'quiet_from_pass': more.get('quiet_from_pass', 0),
                             'reserved_over_live': more['reserved_over_live'],
                             'last_pass_device_calls': more['device_calls_last_repeat'],
                             'last_pass_map_calls': more['map_calls_last_repeat']}
     live = vmm['peak_live_bytes']
-    demand, device = vmm.get('trace_peak_live_bytes'), vmm.get('device_memory_bytes')
     return {
         'trace': os.path.relpath(path, SHARED) if path.startswith(SHARED) else path,
         'events': vmm['events'],
@@ -227,7 +229,7 @@ def measure(path, args, tmpdir):
         # another workload than the one served, so the row is left out of the summary and the targets
         'trace_peak_live_bytes': demand,
         'device_memory_bytes': device,
-        'over_device': bool(demand and device and demand > device),
+        'over_device': over_device,
         'page_floor_over_live': vmm.get('page_floor_over_live'),
         'cuda': cuda['reserved_over_live'],
         'pytorch': pt['reserved_over_live'] if pt else None,
