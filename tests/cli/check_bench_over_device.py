@@ -15,25 +15,10 @@ Usage: check_bench_over_device.py GPUPOOL WORK_DIR. Exits 1 on any failure, 0 ot
 """
 import json, os, shutil, subprocess, sys
 
+from synthetic_trace import report, write_trace
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MIB = 1 << 20
-
-
-def write_trace(path, sizes_live_at_once):
-    """Allocates the sizes one after another (all live together), then frees them; twice over."""
-    with open(path, 'w') as f:
-        f.write('Thread,Time,Action,Pointer,Size,Stream\n')
-        t, ptr = 0, 0x10000000
-        for _ in range(2):
-            ptrs = []
-            for size in sizes_live_at_once:
-                t += 1
-                ptr += 0x10000000
-                ptrs.append((ptr, size))
-                f.write(f'0,{t},allocate,{hex(ptr)},{size},0x0\n')
-            for p, size in ptrs:
-                t += 1
-                f.write(f'0,{t},free,{hex(p)},{size},0x0\n')
 
 
 def main(argv):
@@ -41,8 +26,8 @@ def main(argv):
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     fits, over = os.path.join(work, 'fits.csv'), os.path.join(work, 'over.csv')
-    write_trace(fits, [40 * MIB])
-    write_trace(over, [40 * MIB] * 3)
+    write_trace(fits, [[40 * MIB]] * 2)
+    write_trace(over, [[40 * MIB] * 3] * 2)
     failures = []
 
     # replay's own figures: the device as configured (--conf wins over --device-memory), the demand as traced
@@ -87,11 +72,8 @@ def main(argv):
         failures.append(f'bench_traces table does not mark the workload ({p.returncode}): {p.stdout[-600:]} '
                         f'{p.stderr.strip()}')
 
-    for f in failures:
-        print('FAIL:', f)
-    if not failures:
-        print('replay reports the device and the demand; bench_traces leaves the over-device workload out')
-    return 1 if failures else 0
+    return report(failures, 'replay reports the device and the demand; bench_traces leaves the over-device '
+                            'workload out')
 
 
 if __name__ == '__main__':

@@ -17,25 +17,11 @@ Usage: check_replay_settle.py GPUPOOL WORK_DIR. Exits 1 on any failure, 0 otherw
 """
 import json, os, shutil, subprocess, sys
 
+from synthetic_trace import report, write_trace
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KIB, MIB = 1 << 10, 1 << 20
 BACKENDS = ('sim', 'sim-vmm')
-
-
-def write(path, phases):
-    """phases: lists of sizes, each allocated (all live together) and then freed, in order."""
-    with open(path, 'w') as f:
-        f.write('Thread,Time,Action,Pointer,Size,Stream\n')
-        t, ptr = 0, 0x10000000
-        for sizes in phases:
-            ptrs = []
-            for size in sizes:
-                t, ptr = t + 1, ptr + 0x10000000
-                ptrs.append((ptr, size))
-                f.write(f'0,{t},allocate,{hex(ptr)},{size},0x0\n')
-            for p, size in ptrs:
-                t += 1
-                f.write(f'0,{t},free,{hex(p)},{size},0x0\n')
 
 
 def replay(gpupool, trace, backend, repeat, failures, json_out=True):
@@ -52,8 +38,8 @@ def main(argv):
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     steady, churn = os.path.join(work, 'steady.csv'), os.path.join(work, 'churn.csv')
-    write(steady, [[40 * MIB], [40 * MIB]])
-    write(churn, [[500 * KIB] * 200, [400 * MIB]])
+    write_trace(steady, [[40 * MIB], [40 * MIB]])
+    write_trace(churn, [[500 * KIB] * 200, [400 * MIB]])
     failures = []
 
     for backend in BACKENDS:
@@ -101,11 +87,8 @@ def main(argv):
             failures.append(f'bench_traces --settle table lacks {want!r} ({p.returncode}): {p.stdout[-900:]} '
                             f'{p.stderr.strip()}')
 
-    for f in failures:
-        print('FAIL:', f)
-    if not failures:
-        print('replay says from which pass a pool made no call; bench_traces --settle says it over more passes')
-    return 1 if failures else 0
+    return report(failures, 'replay says from which pass a pool made no call; bench_traces --settle says it '
+                            'over more passes')
 
 
 if __name__ == '__main__':
