@@ -128,6 +128,17 @@ static void print_peak(const gp_peak_composition *c, uint64_t per_pass)
            100.0 * (double)(c->unmapped_cached_bytes + c->parked_bytes) / res);
 }
 
+/* A pass's virtual-memory calls and their modelled device time, when it made any. */
+static void print_calls(const char *label, const char *which, const gp_replay_calls *c)
+{
+    if (c->creates + c->maps + c->unmaps == 0)
+        return;
+    printf("  %-21s %.1f ms: %s pass %llu creates, %llu maps, %llu set-access, %llu unmaps (%llu syncs) at A100 "
+           "costs per call\n",
+           label, c->model_us / 1000.0, which, (unsigned long long)c->creates, (unsigned long long)c->maps,
+           (unsigned long long)c->set_access, (unsigned long long)c->unmaps, (unsigned long long)c->syncs);
+}
+
 static void print_text(const gp_trace *t, const gp_replay_result *r)
 {
     char a[GP_SIZE_TEXT_MAX], b[GP_SIZE_TEXT_MAX];
@@ -156,12 +167,9 @@ static void print_text(const gp_trace *t, const gp_replay_result *r)
     else
         printf("  settled               no: the last pass made device, map or unmap calls (--repeat more to see "
                "whether they stop)\n");
-    if (r->first_creates + r->first_maps > 0)
-        printf("  warm-up model         %.1f ms: first pass %llu creates, %llu maps, %llu set-access, %llu unmaps "
-               "(%llu syncs) at A100 costs per call\n",
-               r->warmup_model_us / 1000.0, (unsigned long long)r->first_creates, (unsigned long long)r->first_maps,
-               (unsigned long long)r->first_set_access, (unsigned long long)r->first_unmaps,
-               (unsigned long long)r->first_syncs);
+    print_calls("warm-up model", "first", &r->first);
+    if (r->repeats > 1)
+        print_calls("last-pass model", "last", &r->last);
     printf("  page floor            %.3f x live (peak live in 512 B granules, in whole 2 MiB pages)\n",
            r->peak_live_bytes ? (double)r->page_floor_bytes / (double)r->peak_live_bytes : 0.0);
     print_peak(&r->peak, r->allocations_per_pass);
@@ -175,6 +183,17 @@ static void print_text(const gp_trace *t, const gp_replay_result *r)
     double eps = r->host_ns_per_event > 0 ? 1e9 / r->host_ns_per_event : 0.0;
     printf("  host time             %.1f ns/event, median of %u pass%s (%.2f M events/s; first pass %.1f ns)\n",
            r->host_ns_per_event, r->repeats, r->repeats == 1 ? "" : "es", eps / 1e6, r->host_ns_per_event_first);
+}
+
+/* A pass's virtual-memory calls as JSON (replay.h: gp_replay_calls). */
+static void json_calls(FILE *f, const gp_replay_calls *c)
+{
+    fprintf(f,
+            "{\"creates\":%llu,\"releases\":%llu,\"maps\":%llu,\"unmaps\":%llu,\"set_access\":%llu,"
+            "\"syncs\":%llu,\"model_us\":%.1f}",
+            (unsigned long long)c->creates, (unsigned long long)c->releases, (unsigned long long)c->maps,
+            (unsigned long long)c->unmaps, (unsigned long long)c->set_access, (unsigned long long)c->syncs,
+            c->model_us);
 }
 
 static void print_json_trace(FILE *f, const gp_trace *t, const gp_replay_result *r, const char *dm,
@@ -215,13 +234,12 @@ static void print_json_trace(FILE *f, const gp_trace *t, const gp_replay_result 
     fprintf(f, ",\"quiet_from_pass\":%u", r->quiet_from_pass);
     fprintf(f,
             ",\"peak_live_rounded_bytes\":%llu,\"page_floor_bytes\":%llu,\"page_floor_over_live\":%.6f,"
-            "\"warmup\":{\"creates\":%llu,\"releases\":%llu,\"maps\":%llu,\"unmaps\":%llu,\"set_access\":%llu,"
-            "\"syncs\":%llu,\"model_us\":%.1f}",
+            "\"warmup\":",
             (unsigned long long)r->peak_live_rounded_bytes, (unsigned long long)r->page_floor_bytes,
-            r->peak_live_bytes ? (double)r->page_floor_bytes / (double)r->peak_live_bytes : 0.0,
-            (unsigned long long)r->first_creates, (unsigned long long)r->first_releases,
-            (unsigned long long)r->first_maps, (unsigned long long)r->first_unmaps,
-            (unsigned long long)r->first_set_access, (unsigned long long)r->first_syncs, r->warmup_model_us);
+            r->peak_live_bytes ? (double)r->page_floor_bytes / (double)r->peak_live_bytes : 0.0);
+    json_calls(f, &r->first);
+    fputs(",\"last_pass_calls\":", f);
+    json_calls(f, &r->last);
     fputs(",\"conf\":", f);
     json_string(f, conf);
     fputs(",\"first_failure\":", f);

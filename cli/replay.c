@@ -207,25 +207,22 @@ static uint64_t device_calls(gp_sim *sim)
 }
 
 /*
- * The warm-up model: what the first pass's virtual-memory calls would cost on an A100, from published
- * per-call figures for one 2 MiB page (kvcached's benchmarks): cuMemCreate 193 us, cuMemSetAccess
+ * The device-time model of a pass (gp_replay_calls): its virtual-memory calls at published per-call
+ * figures for one 2 MiB page on an A100 (kvcached's benchmarks): cuMemCreate 193 us, cuMemSetAccess
  * 36 us, cuMemMap 1.5 us, cuMemUnmap 26 us. Each call is charged once, whatever its size: a model, a
  * lower bound for calls that cover several pages (whose cost on a GPU is not published), and it leaves
  * out cuMemRelease and the device synchronizations before unmapping (counted, not costed: their cost
- * depends on the work still queued).
+ * depends on the work still queued). Of the first pass it is the warm-up; of the last, what a loop
+ * that has not settled pays in every step.
  */
-#define WARMUP_CREATE_US 193.0
-#define WARMUP_SET_ACCESS_US 36.0
-#define WARMUP_MAP_US 1.5
-#define WARMUP_UNMAP_US 26.0
+#define MODEL_CREATE_US 193.0
+#define MODEL_SET_ACCESS_US 36.0
+#define MODEL_MAP_US 1.5
+#define MODEL_UNMAP_US 26.0
 
-typedef struct vmm_counts {
-    uint64_t creates, releases, maps, unmaps, set_access, syncs;
-} vmm_counts;
-
-static vmm_counts vmm_calls(gp_sim *sim)
+static gp_replay_calls vmm_calls(gp_sim *sim)
 {
-    vmm_counts c = {
+    gp_replay_calls c = {
         .creates = gp_sim_calls(sim, GP_SIM_CALL_PHYS_CREATE),
         .releases = gp_sim_calls(sim, GP_SIM_CALL_PHYS_RELEASE),
         .maps = gp_sim_calls(sim, GP_SIM_CALL_MAP),
@@ -234,6 +231,22 @@ static vmm_counts vmm_calls(gp_sim *sim)
         .syncs = gp_sim_calls(sim, GP_SIM_CALL_DEVICE_SYNC),
     };
     return c;
+}
+
+/* The calls made between two counts, and their modelled device time. */
+static gp_replay_calls calls_between(const gp_replay_calls *before, const gp_replay_calls *after)
+{
+    gp_replay_calls d = {
+        .creates = after->creates - before->creates,
+        .releases = after->releases - before->releases,
+        .maps = after->maps - before->maps,
+        .unmaps = after->unmaps - before->unmaps,
+        .set_access = after->set_access - before->set_access,
+        .syncs = after->syncs - before->syncs,
+    };
+    d.model_us = (double)d.creates * MODEL_CREATE_US + (double)d.set_access * MODEL_SET_ACCESS_US +
+                 (double)d.maps * MODEL_MAP_US + (double)d.unmaps * MODEL_UNMAP_US;
+    return d;
 }
 
 int gp_replay_run(const gp_trace *trace, const gp_replay_options *options, gp_replay_result *result,
@@ -297,8 +310,8 @@ int gp_replay_run(const gp_trace *trace, const gp_replay_options *options, gp_re
         }
     }
 
-    vmm_counts vmm_before = vmm_calls(s.sim);
     for (unsigned rep = 0; rep < repeats; rep++) {
+        gp_replay_calls vmm_before = vmm_calls(s.sim);
         uint64_t calls_before_pass = device_calls(s.sim);
         uint64_t maps_before_pass = gp_sim_calls(s.sim, MAP_CALLS);
         if (o->observe) {
@@ -334,17 +347,11 @@ int gp_replay_run(const gp_trace *trace, const gp_replay_options *options, gp_re
                 r->allocations_per_pass = first.num_allocs;
             r->device_calls_first_repeat = calls;
             r->map_calls_first_repeat = maps;
-            vmm_counts after = vmm_calls(s.sim);
-            r->first_creates = after.creates - vmm_before.creates;
-            r->first_releases = after.releases - vmm_before.releases;
-            r->first_maps = after.maps - vmm_before.maps;
-            r->first_unmaps = after.unmaps - vmm_before.unmaps;
-            r->first_set_access = after.set_access - vmm_before.set_access;
-            r->first_syncs = after.syncs - vmm_before.syncs;
-            r->warmup_model_us = (double)r->first_creates * WARMUP_CREATE_US +
-                                 (double)r->first_set_access * WARMUP_SET_ACCESS_US +
-                                 (double)r->first_maps * WARMUP_MAP_US + (double)r->first_unmaps * WARMUP_UNMAP_US;
         }
+        gp_replay_calls vmm_after = vmm_calls(s.sim);
+        r->last = calls_between(&vmm_before, &vmm_after);
+        if (rep == 0)
+            r->first = r->last;
         r->device_calls_last_repeat = calls;
         r->map_calls_last_repeat = maps;
         if (calls + maps > 0)

@@ -45,6 +45,16 @@ typedef struct gp_replay_options {
 
 #define GP_REPLAY_MAX_TIMED_REPEATS 1024u
 
+/*
+ * One pass's virtual-memory calls by kind, and the device time they model: each call times a published
+ * per-call cost on an A100 (replay.c says which). Synchronizations (one before each run of unmaps) are
+ * counted, not costed: theirs is the work still queued, which a replay does not have.
+ */
+typedef struct gp_replay_calls {
+    uint64_t creates, releases, maps, unmaps, set_access, syncs;
+    double model_us;
+} gp_replay_calls;
+
 typedef struct gp_replay_result {
     uint64_t events;               /* events per pass (allocate, free, allocate failure lines) */
     unsigned repeats;
@@ -66,9 +76,9 @@ typedef struct gp_replay_result {
      * settled there. 0 when the last pass made one (it had not settled, or settles later or never:
      * replay more passes to tell). */
     unsigned quiet_from_pass;
-    /* The first (warm-up) pass, per kind of virtual-memory call (sim-vmm; 0 on sim). */
-    uint64_t first_creates, first_releases, first_maps, first_unmaps, first_set_access, first_syncs;
-    double warmup_model_us; /* the first pass's calls times the published A100 costs (see replay.c) */
+    /* The first (warm-up) pass and the last one, per kind of virtual-memory call (sim-vmm; 0 on sim),
+     * with what they would cost on a GPU (gp_replay_calls). */
+    gp_replay_calls first, last;
     uint64_t failed_allocations;   /* gp_alloc failures, all passes */
     uint64_t failed_frees;         /* gp_free failures (e.g. a free on a stream no allocation used): the
                                     * block stays live and is freed on its own stream at the pass's end */

@@ -12,6 +12,8 @@ Two synthetic traces, no ../shared needed, both backends:
   - `churn`: 200 blocks of 500 KiB live together and freed, then one 400 MiB buffer: the two phases
     together are more than the cache cap allows (1.04 x peak), so every pass gives one phase's memory
     back to make the other's (calls in every pass, by design: memory kept near demand).
+The virtual-memory calls of the first and the last pass (`warmup`, `last_pass_calls`: counts by kind and
+their modelled device time) add up to the pass's map and unmap calls, and are none in a quiet last pass.
 
 Usage: check_replay_settle.py GPUPOOL WORK_DIR. Exits 1 on any failure, 0 otherwise.
 """
@@ -47,6 +49,8 @@ def main(argv):
         if r and (r['quiet_from_pass'] != 2 or r['device_calls_first_repeat'] == 0):
             failures.append(f'steady on {backend}: quiet_from_pass {r["quiet_from_pass"]} (expected 2), '
                             f'{r["device_calls_first_repeat"]} device calls in the first pass')
+        if r and any(r['last_pass_calls'][k] for k in ('creates', 'maps', 'unmaps', 'set_access', 'syncs')):
+            failures.append(f'steady on {backend}: a quiet last pass has calls in last_pass_calls {r["last_pass_calls"]}')
         r = replay(gpupool, steady, backend, 1, failures)
         if r and r['quiet_from_pass'] != 0:  # the only pass made the memory
             failures.append(f'steady on {backend}, one pass: quiet_from_pass {r["quiet_from_pass"]}, expected 0')
@@ -54,12 +58,19 @@ def main(argv):
         if r and (r['quiet_from_pass'] != 0 or r['device_calls_last_repeat'] + r['map_calls_last_repeat'] == 0):
             failures.append(f'churn on {backend}: quiet_from_pass {r["quiet_from_pass"]}, last pass '
                             f'{r["device_calls_last_repeat"]} device + {r["map_calls_last_repeat"]} map calls')
+        for which, total in (('warmup', 'map_calls_first_repeat'), ('last_pass_calls', 'map_calls_last_repeat')):
+            c = r[which] if r else None
+            if c and (c['maps'] + c['unmaps'] != r[total] or (backend == 'sim-vmm') != (c['model_us'] > 0) or
+                      c['syncs'] > c['unmaps'] or c['set_access'] > c['maps']):
+                failures.append(f'churn on {backend}: {which} {c} does not add up to {total} {r[total]}')
         text = replay(gpupool, steady, backend, 3, failures, json_out=False) or ''
         if 'settled               from pass 2: no device, map or unmap call in passes 2-3' not in text:
             failures.append(f'steady on {backend}: text does not say it settled from pass 2:\n{text}')
         text = replay(gpupool, churn, backend, 3, failures, json_out=False) or ''
         if 'settled               no: the last pass made' not in text:
             failures.append(f'churn on {backend}: text does not say it has not settled:\n{text}')
+        if (backend == 'sim-vmm') != ('last-pass model' in text):
+            failures.append(f'churn on {backend}: the last-pass model line is {"missing" if backend == "sim-vmm" else "there"}:\n{text}')
 
     # bench_traces --settle: one pass of `steady` calls in its last, and five passes show it stops from the
     # second; `churn` still calls in the fifth; no PyTorch model (--model names no file)
