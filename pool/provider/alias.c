@@ -626,38 +626,67 @@ static bool listed(const candidate *sorted, size_t n, gp_alias_home h)
     return bsearch(&key, sorted, n, sizeof key, by_home) != NULL;
 }
 
-/* Maps the home of c at the UNMAPPED page j of st's stitched range r (st locked) as an idle alias slot
- * (SHADOW, merged with its neighbours). GP_OK, or the failure (nothing changed). */
-static int fill_slot(gp_pool_state *p, gp_segment *r, size_t j, const candidate *c)
+/* Maps the homes of cs[0..m) at the m UNMAPPED pages of st's stitched range r from page j (st locked)
+ * as idle alias slots (SHADOW, merged with their neighbours), with one access call for the run
+ * (gp_pages_map_run). GP_OK, or the failure: the pages mapped before it are slots, the rest stay
+ * UNMAPPED (with the backend's map_run, nothing of the run is mapped). */
+static int fill_slots(gp_pool_state *p, gp_segment *r, size_t j, size_t m, const candidate *const *cs)
 {
     gp_stream_state *st = r->owner;
     uintptr_t va = r->addr + j * p->page;
     gp_block *u = block_at(r, va);
-    assert(u->state == GP_BLOCK_UNMAPPED && r->homes[j].seg == NULL);
-    size_t pages = c->seg->size / p->page;
-    if ((c->seg->alias_count == NULL && (c->seg->alias_count = calloc(pages, sizeof *c->seg->alias_count)) == NULL) ||
-        (c->foreign && c->seg->loans == NULL && (c->seg->loans = calloc(pages, sizeof *c->seg->loans)) == NULL))
-        return gp_error_set(GP_ERR_OOM, "out of host memory for alias counts");
+    assert(m > 0 && u->state == GP_BLOCK_UNMAPPED && va + m * p->page <= u->addr + u->size);
+    gp_phys *handles = malloc(m * sizeof *handles);
+    if (handles == NULL)
+        return gp_error_set(GP_ERR_OOM, "out of host memory for a run of %zu alias slots", m);
+    for (size_t k = 0; k < m; k++) {
+        const candidate *c = cs[k];
+        size_t pages = c->seg->size / p->page;
+        assert(r->homes[j + k].seg == NULL);
+        if ((c->seg->alias_count == NULL &&
+             (c->seg->alias_count = calloc(pages, sizeof *c->seg->alias_count)) == NULL) ||
+            (c->foreign && c->seg->loans == NULL && (c->seg->loans = calloc(pages, sizeof *c->seg->loans)) == NULL)) {
+            free(handles);
+            return gp_error_set(GP_ERR_OOM, "out of host memory for alias counts");
+        }
+        handles[k] = c->seg->pages[c->index];
+    }
     gp_block *spare[2] = {gp_block_new(&st->blocks), gp_block_new(&st->blocks)};
     size_t left = 2, mapped = 0;
-    gp_phys handle = c->seg->pages[c->index];
     int rc = spare[0] == NULL || spare[1] == NULL ? gp_error_set(GP_ERR_OOM, "out of host memory for block metadata")
-                                                  : gp_pages_map_run(p, va, &handle, 1, &mapped);
+                                                  : gp_pages_map_run(p, va, handles, m, &mapped);
     atomic_fetch_add(&p->num_maps, mapped);
-    if (mapped == 1) {
-        gp_block *mid = gp_pages_carve(NULL, u, va, p->page, spare, &left);
+    if (mapped > 0) {
+        gp_block *mid = gp_pages_carve(NULL, u, va, mapped * p->page, spare, &left);
         mid->state = GP_BLOCK_SHADOW;
         gp_pages_merge(&st->blocks, mid);
-        r->pages[j] = handle;
-        r->homes[j] = (gp_alias_home){c->seg, c->index};
-        c->seg->alias_count[c->index]++;
-        c->seg->aliased++;
-        r->aliased++;
+        for (size_t k = 0; k < mapped; k++) {
+            const candidate *c = cs[k];
+            r->pages[j + k] = handles[k];
+            r->homes[j + k] = (gp_alias_home){c->seg, c->index};
+            c->seg->alias_count[c->index]++;
+            c->seg->aliased++;
+            r->aliased++;
+        }
     }
     while (left > 0)
         if (spare[--left] != NULL)
             gp_block_recycle(&st->blocks, spare[left]);
+    free(handles);
     return rc;
+}
+
+/* Whether the slot of st's stitched range r whose home is h can serve there now: a page of another
+ * stream parked with st, or else a page free at home (among the candidates, `sorted` by_home) that no
+ * other stream holds. */
+static bool slot_fits(const gp_stream_state *st, const gp_segment *r, gp_alias_home h, const candidate *sorted,
+                      size_t count)
+{
+    if (h.seg->paused)
+        return false;
+    if (foreign_home(r, h) && holder_of(h) == st)
+        return !loan_of(h)->active;
+    return holder_of(h) == NULL && listed(sorted, count, h);
 }
 
 /*
@@ -692,17 +721,8 @@ static gp_block *repair(gp_pool_state *p, gp_stream_state *st, const candidate *
             if (b->state != GP_BLOCK_SHADOW || b->size < n * p->page)
                 continue;
             size_t first = gp_page_index(p, r, b->addr), misfits = 0;
-            for (size_t j = first; j < first + n && misfits < best_misfits; j++) {
-                gp_alias_home h = r->homes[j];
-                bool fits;
-                if (h.seg->paused)
-                    fits = false;
-                else if (foreign_home(r, h) && holder_of(h) == st)
-                    fits = !loan_of(h)->active;
-                else
-                    fits = holder_of(h) == NULL && listed(sorted, count, h); /* free at home now */
-                misfits += !fits;
-            }
+            for (size_t j = first; j < first + n && misfits < best_misfits; j++)
+                misfits += !slot_fits(st, r, r->homes[j], sorted, count);
             if (misfits < best_misfits || (misfits == best_misfits && best != NULL && b->size < best_size)) {
                 best = r;
                 best_va = b->addr;
@@ -725,20 +745,33 @@ static gp_block *repair(gp_pool_state *p, gp_stream_state *st, const candidate *
             here[k] = (candidate){.seg = mapped_here[k].seg, .index = mapped_here[k].index};
         if (here != NULL && mapped_here != NULL)
             qsort(here, nm, sizeof *here, by_home);
+        /* Each run of consecutive slots that do not fit is replaced as one: its unmaps after one device
+         * synchronize (drop_slots), its maps with one access call (fill_slots), rather than two of each
+         * per page; which page goes where is the same. */
+        const candidate **picks = malloc(n * sizeof *picks);
+        ready = here != NULL && mapped_here != NULL && picks != NULL;
         size_t next = 0, first = gp_page_index(p, best, best_va);
-        for (size_t j = first; ready && j < first + n; j++) {
-            gp_alias_home h = best->homes[j];
-            bool fits = !h.seg->paused && (foreign_home(best, h) && holder_of(h) == st
-                                              ? !loan_of(h)->active
-                                              : holder_of(h) == NULL && listed(sorted, count, h));
-            if (fits)
+        for (size_t j = first; ready && j < first + n;) {
+            if (slot_fits(st, best, best->homes[j], sorted, count)) {
+                j++;
                 continue;
-            while (next < count && (here == NULL || listed(here, nm, (gp_alias_home){c[next].seg, c[next].index})))
-                next++;
-            ready = here != NULL && next < count && drop_slots(p, best, j, 1) == GP_OK &&
-                    fill_slot(p, best, j, &c[next]) == GP_OK;
-            next++;
+            }
+            size_t m = 0;
+            bool short_of_pages = false;
+            while (j + m < first + n && !slot_fits(st, best, best->homes[j + m], sorted, count)) {
+                while (next < count && listed(here, nm, (gp_alias_home){c[next].seg, c[next].index}))
+                    next++;
+                if (next == count) {
+                    short_of_pages = true;
+                    break;
+                }
+                picks[m++] = &c[next++];
+            }
+            ready = m > 0 && drop_slots(p, best, j, m) == GP_OK && fill_slots(p, best, j, m, picks) == GP_OK &&
+                    !short_of_pages;
+            j += m;
         }
+        free(picks);
         free(here);
         free(mapped_here);
     }

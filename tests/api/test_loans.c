@@ -318,3 +318,99 @@ Test(loans, without_loans_growth_past_the_peak_makes_memory)
     cr_assert_eq(stats_now().reserved_bytes, 4 * H + 4 * MIB);
     free_past_the_peak(y, held);
 }
+
+/* a's three holes of H (its pins between them), and a hole of H on b: a's 3H peak is stitched from its
+ * own holes (no loan needed), freed; then a block of H on a fills one of those holes, so that a third of
+ * the stitched range's homes are in use. *pa: a's pins and that block; *pb: b's pin. */
+static void a_range_with_a_third_in_use(void **pa, void **pb, void **z)
+{
+    void *holes[4];
+    holes[0] = alloc_written(a, H, 400, 1000);
+    pa[0] = alloc_written(a, H, 401, 1000);
+    holes[1] = alloc_written(a, H, 402, 1000);
+    pa[1] = alloc_written(a, H, 403, 1000);
+    holes[2] = alloc_written(a, H, 404, 1000);
+    pa[2] = alloc_written(a, H, 405, 1000);
+    holes[3] = alloc_written(b, H, 406, 1000);
+    pb[0] = alloc_written(b, H, 407, 1000);
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(gp_free(pool, holes[i], i < 3 ? a : b), GP_OK);
+    gp_sim_synchronize(sim);
+    void *x = alloc_written(a, 3 * H, 408, 1000);
+    check_pattern(a, x, 3 * H, 408);
+    cr_assert_eq(gp_free(pool, x, a), GP_OK);
+    gp_sim_synchronize(sim);
+    *z = alloc_written(a, H, 409, 1000);
+}
+
+/* a's peak again: the stitched range's homes in use (z's) are a run of slots that must be mapped to
+ * other free pages (b's idle hole, lent): a repair (alias.c). The run is replaced as one: its unmaps
+ * after one device synchronize, its maps with one access call, no new memory. */
+Test(loans, a_repair_replaces_a_run_of_slots_after_one_synchronize_with_one_access_call)
+{
+    open_pool(LOANS_CONFIG ",loans:on");
+    void *pa[3], *pb[1], *z;
+    a_range_with_a_third_in_use(pa, pb, &z);
+    gp_stats before = stats_now();
+    uint64_t syncs = gp_sim_calls(sim, GP_SIM_CALL_DEVICE_SYNC), access = gp_sim_calls(sim, GP_SIM_CALL_SET_ACCESS);
+    uint64_t maps = gp_sim_calls(sim, GP_SIM_CALL_MAP), unmaps = gp_sim_calls(sim, GP_SIM_CALL_UNMAP);
+    uint64_t creates = gp_sim_calls(sim, GP_SIM_CALL_PHYS_CREATE);
+    void *x = alloc_written(a, 3 * H, 410, 1000);
+    size_t run = H / (2 * MIB);
+    cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_UNMAP) - unmaps, run, "the slots of z's pages unmapped");
+    cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_MAP) - maps, run, "b's free pages mapped there instead");
+    cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_DEVICE_SYNC) - syncs, 1, "one synchronize for the run's unmaps");
+    cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_SET_ACCESS) - access, 1, "one access call for the run's maps");
+    cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_PHYS_CREATE), creates, "no new memory");
+    cr_expect_eq(stats_now().reserved_bytes, before.reserved_bytes);
+    check_pattern(a, x, 3 * H, 410);
+    check_pattern(a, z, H, 409);
+    check_pattern(a, pa[0], H, 401);
+    check_pattern(b, pb[0], H, 407);
+    gp_sim_synchronize(sim);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_free(pool, x, a), GP_OK);
+    cr_assert_eq(gp_free(pool, z, a), GP_OK);
+    gp_sim_synchronize(sim);
+}
+
+/* The same repair with each of its device calls failing in turn (the synchronize, an unmap, a map, the
+ * access call): the request is served some other way or refused, nothing live is touched, and the
+ * pool stays consistent and leaks nothing (teardown). */
+Test(loans, a_repair_whose_device_call_fails_loses_nothing)
+{
+    static const unsigned kinds[] = {GP_SIM_CALL_DEVICE_SYNC, GP_SIM_CALL_UNMAP, GP_SIM_CALL_MAP,
+                                     GP_SIM_CALL_SET_ACCESS};
+    static const uint64_t nth[] = {1, 7, 7, 1};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        open_pool(LOANS_CONFIG ",loans:on");
+        void *pa[3], *pb[1], *z;
+        a_range_with_a_third_in_use(pa, pb, &z);
+        gp_sim_fail_call(sim, nth[k], kinds[k], GP_ERR_DEVICE);
+        void *x = NULL;
+        int rc = gp_alloc(pool, &x, 3 * H, a);
+        gp_sim_fail_call(sim, 0, kinds[k], GP_OK);
+        cr_assert_eq(gp_check(pool), GP_OK, "call kind %u: %s", kinds[k], gp_last_error());
+        if (rc == GP_OK) {
+            cr_assert_eq(gp_sim_launch(sim, a, x, 3 * H, GP_SIM_WRITE, 411, 1000), GP_OK, "%s",
+                         gp_sim_first_violation(sim));
+            check_pattern(a, x, 3 * H, 411);
+        }
+        check_pattern(a, z, H, 409);
+        check_pattern(a, pa[0], H, 401);
+        check_pattern(a, pa[1], H, 403);
+        check_pattern(a, pa[2], H, 405);
+        check_pattern(b, pb[0], H, 407);
+        gp_sim_synchronize(sim);
+        if (rc == GP_OK)
+            cr_assert_eq(gp_free(pool, x, a), GP_OK);
+        /* and the peak once more, with nothing failing */
+        x = alloc_written(a, 3 * H, 412, 1000);
+        check_pattern(a, x, 3 * H, 412);
+        gp_sim_synchronize(sim);
+        cr_assert_eq(gp_free(pool, x, a), GP_OK);
+        cr_assert_eq(gp_free(pool, z, a), GP_OK);
+        gp_sim_synchronize(sim);
+        teardown();
+    }
+}
