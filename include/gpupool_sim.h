@@ -94,7 +94,8 @@ enum gp_sim_call {
     /* copy_to_host / copy_to_device (pausing with contents) and pinned host memory for staging */
     GP_SIM_CALL_COPY = 1u << 16,
     GP_SIM_CALL_HOST_ALLOC = 1u << 17,
-    /* the device synchronize before unmapping (once per unmap, or once per run of unmap_run) */
+    /* the device synchronize before unmapping (once per unmap, per run of unmap_run, or per list of
+     * unmap_pages) */
     GP_SIM_CALL_DEVICE_SYNC = 1u << 18,
     GP_SIM_CALL_ALL = (1u << 19) - 1
 };

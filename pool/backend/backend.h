@@ -130,6 +130,11 @@ typedef struct gp_backend_ops {
      * device synchronize for all of them (instead of one per page). Stops at the first failure;
      * *done receives the mappings unmapped (the first *done), the rest stay mapped. */
     int (*unmap_run)(void *ctx, gp_devptr va, size_t page, size_t n, size_t *done);
+    /* Optional (NULL: one unmap_run per run of consecutive addresses). As unmap_run for n mappings of
+     * `page` bytes at vas[0..n), anywhere and in any order (pages of several ranges, slots of a stitched
+     * range that are not next to each other): one device synchronize for all of them. Stops at the first
+     * failure; *done receives the mappings unmapped (the first *done), the rest stay mapped. */
+    int (*unmap_pages)(void *ctx, const gp_devptr *vas, size_t page, size_t n, size_t *done);
 
     /* ---- copies and pinned host memory (pausing tenants with their contents) --------------------- */
 

@@ -433,22 +433,24 @@ static int vmm_map_run(void *opaque, gp_devptr va, size_t page, const gp_phys *h
     return rc;
 }
 
-/* pre: [va, va + n * page) is n mappings made by vmm_map or vmm_map_run. One device synchronize for all
- * (see the file's header), then one cuMemUnmap per mapping, stopping at a failure. */
-static int vmm_unmap_run(void *opaque, gp_devptr va, size_t page, size_t n, size_t *done)
+/* One device synchronize, then one cuMemUnmap per mapping of `page` bytes, at vas[i] (or va + i * page
+ * when vas is NULL), stopping at a failure: vmm_unmap_run and vmm_unmap_pages. pre: each is one
+ * mapping made by vmm_map or vmm_map_run. */
+static int unmap_after_one_sync(const gp_vmm_ctx *ctx, const gp_devptr *vas, gp_devptr va, size_t page, size_t n,
+                                size_t *done, const char *what)
 {
-    const gp_vmm_ctx *ctx = opaque;
     char text[GP_SIZE_TEXT_MAX];
     *done = 0;
     int prev = -1;
-    int rc = gp_cuda_device_enter(&ctx->cuda, "unmap_run", &prev);
+    int rc = gp_cuda_device_enter(&ctx->cuda, what, &prev);
     if (rc != GP_OK)
         return rc;
-    rc = synchronize_before_unmap(ctx, prev, "unmapping a run of pages, cuMemUnmap", va, n * page);
+    const char *unmapping = vas != NULL ? "unmapping pages, cuMemUnmap" : "unmapping a run of pages, cuMemUnmap";
+    rc = synchronize_before_unmap(ctx, prev, unmapping, vas != NULL ? vas[0] : va, n * page);
     if (rc != GP_OK)
         return rc;
     for (; *done < n; (*done)++) {
-        gp_devptr at = va + *done * page;
+        gp_devptr at = vas != NULL ? vas[*done] : va + *done * page;
         CUresult res = driver.unmap((CUdeviceptr)at, page);
         if (res != CUDA_SUCCESS) {
             gp_cuda_device_leave(&ctx->cuda, prev);
@@ -458,6 +460,19 @@ static int vmm_unmap_run(void *opaque, gp_devptr va, size_t page, size_t n, size
     }
     gp_cuda_device_leave(&ctx->cuda, prev);
     return GP_OK;
+}
+
+/* pre: [va, va + n * page) is n mappings made by vmm_map or vmm_map_run. One device synchronize for all
+ * (see the file's header), then one cuMemUnmap per mapping, stopping at a failure. */
+static int vmm_unmap_run(void *opaque, gp_devptr va, size_t page, size_t n, size_t *done)
+{
+    return unmap_after_one_sync(opaque, NULL, va, page, n, done, "unmap_run");
+}
+
+/* pre: n >= 1 mappings made by vmm_map or vmm_map_run at vas[0..n), anywhere. As vmm_unmap_run. */
+static int vmm_unmap_pages(void *opaque, const gp_devptr *vas, size_t page, size_t n, size_t *done)
+{
+    return unmap_after_one_sync(opaque, vas, 0, page, n, done, "unmap_pages");
 }
 
 const gp_backend_ops gp_backend_vmm = {
@@ -484,6 +499,7 @@ const gp_backend_ops gp_backend_vmm = {
     .unmap = vmm_unmap,
     .map_run = vmm_map_run,
     .unmap_run = vmm_unmap_run,
+    .unmap_pages = vmm_unmap_pages,
     .copy_to_host = gp_cuda_copy_to_host,
     .copy_to_device = gp_cuda_copy_to_device,
     .host_alloc = gp_cuda_host_alloc,

@@ -174,6 +174,23 @@ int gp_pages_unmap_run(gp_pool_state *p, uintptr_t va, size_t n, size_t *done)
     return GP_OK;
 }
 
+int gp_pages_unmap_list(gp_pool_state *p, const uintptr_t *vas, size_t n, size_t *done)
+{
+    *done = 0;
+    if (p->ops->unmap_pages != NULL)
+        return p->ops->unmap_pages(p->ctx, vas, p->page, n, done);
+    while (*done < n) {
+        size_t run = 1, unmapped = 0;
+        while (*done + run < n && vas[*done + run] == vas[*done] + run * p->page)
+            run++;
+        int rc = gp_pages_unmap_run(p, vas[*done], run, &unmapped);
+        *done += unmapped;
+        if (rc != GP_OK)
+            return rc;
+    }
+    return GP_OK;
+}
+
 /*
  * Maps up to n pages at the front of the UNMAPPED block u of seg (owner st locked) and turns them into
  * FREE memory of st's heap, coalesced with a FREE block before them. Returns the pages mapped; stops at

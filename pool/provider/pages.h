@@ -37,6 +37,10 @@ int gp_pages_map_run(gp_pool_state *p, uintptr_t va, const gp_phys *handles, siz
  * for all) or page by page. *done receives the pages unmapped, always the first ones; a failure stops
  * there (the rest stay mapped). Counts nothing: the caller accounts for the pages. */
 int gp_pages_unmap_run(gp_pool_state *p, uintptr_t va, size_t n, size_t *done);
+/* Unmaps the n mappings of one page each at vas[0..n), anywhere: with the backend's unmap_pages (one
+ * device synchronize for all) or else one gp_pages_unmap_run per run of consecutive addresses. As
+ * gp_pages_unmap_run: *done receives the pages unmapped, always the first ones. */
+int gp_pages_unmap_list(gp_pool_state *p, const uintptr_t *vas, size_t n, size_t *done);
 
 /* Splits b at `offset` into b and a new block `right` (given, so that this cannot fail) of the same
  * state, linked after it; returns right. Neither is put on a list. */

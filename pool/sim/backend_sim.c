@@ -532,24 +532,45 @@ static int sim_unmap(void *ctx, gp_devptr va, size_t size)
     return rc;
 }
 
+/* One DEVICE_SYNC, then one UNMAP call per mapping, at vas[i] (or va + i * page when vas is NULL),
+ * stopping at a failure: unmap_run and unmap_pages. Sim locked. */
+static int unmap_after_one_sync(gp_sim *sim, const gp_devptr *vas, gp_devptr va, size_t page, size_t n,
+                                size_t *done, const char *what)
+{
+    *done = 0;
+    int rc = n == 0 ? bad_call(sim, "%s(0x%" PRIxPTR ", %zu): no mappings", what, vas ? (gp_devptr)0 : va, page)
+                    : GP_OK;
+    if (rc == GP_OK)
+        rc = begin_call(sim, GP_SIM_CALL_DEVICE_SYNC, "device_synchronize");
+    if (rc == GP_OK)
+        gpsim_run_all(sim);
+    for (; rc == GP_OK && *done < n; (*done)++) {
+        gp_devptr at = vas != NULL ? vas[*done] : va + *done * page;
+        if ((rc = unmap_check(sim, at, page)) != GP_OK)
+            break;
+        gpsim_vmm_unmap(sim->vmm, at, page);
+    }
+    return rc;
+}
+
 /* unmap_run: one DEVICE_SYNC for the run, then one UNMAP call per mapping, stopping at a failure. */
 static int sim_unmap_run(void *ctx, gp_devptr va, size_t page, size_t n, size_t *done)
 {
     gp_sim *sim = ctx;
     lock(sim);
     assert(sim->vmm != NULL);
-    *done = 0;
-    int rc = n == 0 ? bad_call(sim, "unmap_run(0x%" PRIxPTR ", %zu): no mappings", va, page) : GP_OK;
-    if (rc == GP_OK)
-        rc = begin_call(sim, GP_SIM_CALL_DEVICE_SYNC, "device_synchronize");
-    if (rc == GP_OK)
-        gpsim_run_all(sim);
-    for (; rc == GP_OK && *done < n; (*done)++) {
-        gp_devptr at = va + *done * page;
-        if ((rc = unmap_check(sim, at, page)) != GP_OK)
-            break;
-        gpsim_vmm_unmap(sim->vmm, at, page);
-    }
+    int rc = unmap_after_one_sync(sim, NULL, va, page, n, done, "unmap_run");
+    unlock(sim);
+    return rc;
+}
+
+/* unmap_pages: as unmap_run, for mappings anywhere. */
+static int sim_unmap_pages(void *ctx, const gp_devptr *vas, size_t page, size_t n, size_t *done)
+{
+    gp_sim *sim = ctx;
+    lock(sim);
+    assert(sim->vmm != NULL);
+    int rc = unmap_after_one_sync(sim, vas, 0, page, n, done, "unmap_pages");
     unlock(sim);
     return rc;
 }
@@ -664,6 +685,7 @@ const gp_backend_ops gp_backend_sim_vmm = {
     .unmap = sim_unmap,
     .map_run = sim_map_run,
     .unmap_run = sim_unmap_run,
+    .unmap_pages = sim_unmap_pages,
     .copy_to_host = sim_copy_to_host,
     .copy_to_device = sim_copy_to_device,
     .host_alloc = sim_host_alloc,

@@ -770,6 +770,73 @@ Test(sim_vmm_fault, a_failed_map_run_maps_nothing_a_failed_unmap_run_says_how_fa
     B->close(ctx);
 }
 
+/* unmap_pages: mappings anywhere (here the 1st, 3rd and 4th of four, in another order), one synchronize
+ * for all; a failure stops there and says how far it got; an empty list is a bad call. */
+Test(sim_vmm, unmap_pages_synchronizes_once_for_pages_anywhere)
+{
+    void *ctx;
+    gp_sim *sim = open_sim(64 * MiB, &ctx);
+    gp_devptr va = reserve_ok(ctx, 16 * MiB);
+    gp_phys h[4];
+    for (int i = 0; i < 4; i++)
+        h[i] = create_ok(ctx, 2 * MiB);
+    cr_assert_eq(B->map_run(ctx, va, 2 * MiB, h, 4), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_sim_launch(sim, NULL, ptr(va), 8 * MiB, GP_SIM_WRITE, 5, 10), GP_OK, "%s",
+                 gp_sim_first_violation(sim));
+    uint64_t syncs = gp_sim_calls(sim, GP_SIM_CALL_DEVICE_SYNC), unmaps = gp_sim_calls(sim, GP_SIM_CALL_UNMAP);
+    gp_devptr some[3] = {va + 6 * MiB, va, va + 4 * MiB};
+    size_t done = 0;
+    cr_assert_eq(B->unmap_pages(ctx, some, 2 * MiB, 3, &done), GP_OK, "%s", gp_last_error());
+    cr_expect_eq(done, 3);
+    cr_expect_eq(gp_sim_now(sim), 10, "the unmaps waited for the kernel");
+    cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_DEVICE_SYNC) - syncs, 1, "one synchronize for the three");
+    cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_UNMAP) - unmaps, 3);
+    cr_expect_eq(report_of(sim).mappings, 1, "the 2nd page stays mapped");
+    cr_assert_eq(gp_sim_launch(sim, NULL, ptr(va + 2 * MiB), 2 * MiB, GP_SIM_WRITE, 6, 10), GP_OK, "%s",
+                 gp_sim_first_violation(sim));
+    cr_assert_eq(B->unmap_pages(ctx, some, 2 * MiB, 0, &done), GP_ERR_INVALID, "an empty list");
+    gp_sim_report r = report_of(sim);
+    cr_expect_eq(r.bad_calls, 1, "%s", gp_sim_first_violation(sim));
+    cr_assert_eq(B->unmap_pages(ctx, some + 1, 2 * MiB, 1, &done), GP_ERR_INVALID, "a page unmapped already");
+    cr_expect_eq(done, 0);
+    cr_expect_eq(report_of(sim).bad_calls, 2);
+    unmap_ok(ctx, va + 2 * MiB, 2 * MiB);
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(B->phys_release(ctx, h[i]), GP_OK);
+    cr_assert_eq(B->va_release(ctx, va, 16 * MiB), GP_OK);
+    r = report_of(sim);
+    cr_expect_eq(r.allocated_bytes + r.handles + r.reservations + r.mappings, 0);
+    B->close(ctx);
+}
+
+Test(sim_vmm_fault, a_failed_unmap_pages_says_how_far_it_got)
+{
+    void *ctx;
+    gp_sim *sim = open_sim(64 * MiB, &ctx);
+    gp_devptr va = reserve_ok(ctx, 16 * MiB);
+    gp_phys h[4];
+    for (int i = 0; i < 4; i++)
+        h[i] = create_ok(ctx, 2 * MiB);
+    cr_assert_eq(B->map_run(ctx, va, 2 * MiB, h, 4), GP_OK, "%s", gp_last_error());
+    gp_devptr all[4] = {va + 6 * MiB, va + 2 * MiB, va, va + 4 * MiB};
+    size_t done = 99;
+    gp_sim_fail_call(sim, 1, GP_SIM_CALL_DEVICE_SYNC, GP_ERR_DEVICE);
+    cr_expect_eq(B->unmap_pages(ctx, all, 2 * MiB, 4, &done), GP_ERR_DEVICE);
+    cr_expect_eq(done, 0, "the synchronize failed: nothing unmapped");
+    cr_expect_eq(report_of(sim).mappings, 4);
+    gp_sim_fail_call(sim, 3, GP_SIM_CALL_UNMAP, GP_ERR_DEVICE);
+    cr_expect_eq(B->unmap_pages(ctx, all, 2 * MiB, 4, &done), GP_ERR_DEVICE);
+    cr_expect_eq(done, 2, "the first two were unmapped, the third failed");
+    cr_expect_eq(report_of(sim).mappings, 2, "the rest stay mapped");
+    cr_assert_eq(B->unmap_pages(ctx, all + 2, 2 * MiB, 2, &done), GP_OK, "%s", gp_last_error());
+    cr_expect_eq(done, 2);
+    cr_expect_eq(report_of(sim).bad_calls, 0, "%s", gp_sim_first_violation(sim));
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(B->phys_release(ctx, h[i]), GP_OK);
+    cr_assert_eq(B->va_release(ctx, va, 16 * MiB), GP_OK);
+    B->close(ctx);
+}
+
 Test(sim_vmm_fault, call_kinds_are_distinct_bits_within_all)
 {
     unsigned kinds[] = {GP_SIM_CALL_VA_RESERVE, GP_SIM_CALL_VA_RELEASE, GP_SIM_CALL_PHYS_CREATE,
