@@ -371,29 +371,41 @@ gp_block *gp_alias_take(gp_pool_state *p, gp_stream_state *st, size_t rsize, siz
     return out;
 }
 
-/* Unmaps the n SHADOW pages of stitched range r from page index i (owner locked): they become
- * UNMAPPED and their homes lose an alias. A foreign home is not parked with r's owner (the caller
- * makes it FREE first: a parked page must not lose its last way back). Returns GP_OK, or the failure
- * (nothing changed). */
-static int drop_slots(gp_pool_state *p, gp_segment *r, size_t i, size_t n)
+/* Unmaps the SHADOW pages of stitched range r in `runs` runs, run k the len[k] pages from page index
+ * first[k] (owner locked; the runs apart from each other), after one device synchronize for all of
+ * them (gp_pages_unmap_list): they become UNMAPPED and their homes lose an alias. A foreign home is not
+ * parked with r's owner (the caller makes it FREE first: a parked page must not lose its last way back).
+ * Returns GP_OK, or the failure: the pages unmapped before it are dropped, the rest stay as they were. */
+static int drop_slot_runs(gp_pool_state *p, gp_segment *r, const size_t *first, const size_t *len, size_t runs)
 {
     gp_stream_state *owner = r->owner;
-    uintptr_t va = r->addr + i * p->page;
-    gp_block *b = block_at(r, va);
-    assert(b->state == GP_BLOCK_SHADOW && va + n * p->page <= b->addr + b->size);
-    gp_block *spare[2] = {gp_block_new(&owner->blocks), gp_block_new(&owner->blocks)};
-    size_t left = 2, done = 0;
+    size_t total = 0, done = 0;
+    for (size_t k = 0; k < runs; k++)
+        total += len[k];
+    uintptr_t *vas = malloc((total ? total : 1) * sizeof *vas);
+    gp_block **spare = malloc(2 * (runs ? runs : 1) * sizeof *spare);
+    size_t left = 0;
+    while (spare != NULL && left < 2 * runs && (spare[left] = gp_block_new(&owner->blocks)) != NULL)
+        left++;
     int rc = GP_OK;
-    if (spare[0] == NULL || spare[1] == NULL)
+    if (vas == NULL || spare == NULL || left < 2 * runs) {
         rc = gp_error_set(GP_ERR_OOM, "out of host memory for block metadata");
-    else
-        rc = gp_pages_unmap_run(p, va, n, &done); /* after one device synchronize */
+    } else {
+        for (size_t k = 0, at = 0; k < runs; k++)
+            for (size_t j = first[k]; j < first[k] + len[k]; j++)
+                vas[at++] = r->addr + j * p->page;
+        rc = gp_pages_unmap_list(p, vas, total, &done); /* after one device synchronize */
+    }
     atomic_fetch_add(&p->num_unmaps, done);
-    if (done > 0) {
-        gp_block *mid = gp_pages_carve(NULL, b, va, done * p->page, spare, &left);
+    for (size_t k = 0; k < runs && done > 0; k++) {
+        size_t n = len[k] < done ? len[k] : done;
+        uintptr_t va = r->addr + first[k] * p->page;
+        gp_block *b = block_at(r, va);
+        assert(b->state == GP_BLOCK_SHADOW && va + len[k] * p->page <= b->addr + b->size);
+        gp_block *mid = gp_pages_carve(NULL, b, va, n * p->page, spare, &left);
         mid->state = GP_BLOCK_UNMAPPED;
         gp_pages_merge(&owner->blocks, mid);
-        for (size_t j = i; j < i + done; j++) {
+        for (size_t j = first[k]; j < first[k] + n; j++) {
             gp_alias_home *h = &r->homes[j];
             assert(!foreign_home(r, *h) || holder_of(*h) != owner || loan_of(*h)->active);
             h->seg->alias_count[h->index]--;
@@ -402,24 +414,38 @@ static int drop_slots(gp_pool_state *p, gp_segment *r, size_t i, size_t n)
             r->pages[j] = GP_PHYS_NONE;
             h->seg = NULL;
         }
+        done -= n;
     }
-    while (left > 0)
-        if (spare[--left] != NULL)
-            gp_block_recycle(&owner->blocks, spare[left]);
+    if (spare != NULL)
+        while (left > 0)
+            gp_block_recycle(&owner->blocks, spare[--left]);
+    free(spare);
+    free(vas);
     return rc;
 }
 
+/* drop_slot_runs for one run: the n SHADOW pages of r from page index i. */
+static int drop_slots(gp_pool_state *p, gp_segment *r, size_t i, size_t n)
+{
+    return drop_slot_runs(p, r, &i, &n, 1);
+}
+
 /* Unmaps every idle alias slot of stitched range r (owner locked; with pages parked with it, their
- * homes' owners too: gp_alias_dissolve, which holds every lock): GP_OK or the first failure. */
+ * homes' owners too: gp_alias_dissolve, which holds every lock), after one device synchronize for all:
+ * GP_OK or the first failure. */
 static int drop_idle_slots(gp_pool_state *p, gp_segment *r)
 {
     uint64_t now = atomic_load_explicit(&p->coarse_now, memory_order_relaxed);
-    for (gp_block *b = r->first; b != NULL;) {
-        if (b->state != GP_BLOCK_SHADOW) {
-            b = b->next;
+    size_t pages = r->size / p->page, runs = 0;
+    size_t *first = malloc(pages * sizeof *first), *len = malloc(pages * sizeof *len);
+    if (first == NULL || len == NULL) {
+        free(first);
+        free(len);
+        return gp_error_set(GP_ERR_OOM, "out of host memory for a stitched range's %zu slots", pages);
+    }
+    for (gp_block *b = r->first; b != NULL; b = b->next) {
+        if (b->state != GP_BLOCK_SHADOW)
             continue;
-        }
-        uintptr_t end = b->addr + b->size;
         size_t i = gp_page_index(p, r, b->addr), n = b->size / p->page;
         for (size_t j = i; j < i + n; j++) { /* a page parked with r's owner is FREE at home first */
             gp_alias_home h = r->homes[j];
@@ -431,12 +457,13 @@ static int drop_idle_slots(gp_pool_state *p, gp_segment *r)
                 holder->parked_bytes -= p->page;
             }
         }
-        int rc = drop_slots(p, r, i, n);
-        if (rc != GP_OK)
-            return rc;
-        b = block_at(r, end - 1)->next; /* the blocks around were merged: go on after what was dropped */
+        first[runs] = i;
+        len[runs++] = n;
     }
-    return GP_OK;
+    int rc = runs > 0 ? drop_slot_runs(p, r, first, len, runs) : GP_OK;
+    free(first);
+    free(len);
+    return rc;
 }
 
 /* True when every mapped page of stitched range r is idle (SHADOW): no block of it is in use. */
@@ -696,8 +723,9 @@ static bool slot_fits(const gp_stream_state *st, const gp_segment *r, gp_alias_h
  * map yet is mapped there instead; then the block is handed out. In a loop that repeats its step, a
  * layout so repaired keeps the pages that were free when it was needed, and needs no more repair once
  * they are free then again in every step: the layout settles where the other streams leave it room,
- * for two calls per page that did not fit, where a new stitched range would take a call per page
- * and make one more layout to keep. NULL when no idle block is within reach (as many pages to
+ * for two calls per page that did not fit (an unmap and a map; one device synchronize for all the
+ * unmaps, one access call per run of consecutive pages), where a new stitched range would take a call
+ * per page and make one more layout to keep. NULL when no idle block is within reach (as many pages to
  * replace as it has, or too few candidates), or a call fails (what was repaired stays, idle).
  * Pool lock held, st not locked.
  */
@@ -745,19 +773,20 @@ static gp_block *repair(gp_pool_state *p, gp_stream_state *st, const candidate *
             here[k] = (candidate){.seg = mapped_here[k].seg, .index = mapped_here[k].index};
         if (here != NULL && mapped_here != NULL)
             qsort(here, nm, sizeof *here, by_home);
-        /* Each run of consecutive slots that do not fit is replaced as one: its unmaps after one device
-         * synchronize (drop_slots), its maps with one access call (fill_slots), rather than two of each
-         * per page; which page goes where is the same. */
+        /* The slots that do not fit, in runs of consecutive ones, each slot given the next candidate:
+         * all of them unmapped after one device synchronize (drop_slot_runs), each run mapped with one
+         * access call (fill_slots), rather than a synchronize and an access call per slot. */
         const candidate **picks = malloc(n * sizeof *picks);
-        ready = here != NULL && mapped_here != NULL && picks != NULL;
+        size_t *starts = malloc(n * sizeof *starts), *lens = malloc(n * sizeof *lens), runs = 0, picked = 0;
+        ready = here != NULL && mapped_here != NULL && picks != NULL && starts != NULL && lens != NULL;
+        bool short_of_pages = false;
         size_t next = 0, first = gp_page_index(p, best, best_va);
-        for (size_t j = first; ready && j < first + n;) {
+        for (size_t j = first; ready && !short_of_pages && j < first + n;) {
             if (slot_fits(st, best, best->homes[j], sorted, count)) {
                 j++;
                 continue;
             }
             size_t m = 0;
-            bool short_of_pages = false;
             while (j + m < first + n && !slot_fits(st, best, best->homes[j + m], sorted, count)) {
                 while (next < count && listed(here, nm, (gp_alias_home){c[next].seg, c[next].index}))
                     next++;
@@ -765,12 +794,21 @@ static gp_block *repair(gp_pool_state *p, gp_stream_state *st, const candidate *
                     short_of_pages = true;
                     break;
                 }
-                picks[m++] = &c[next++];
+                picks[picked + m++] = &c[next++];
             }
-            ready = m > 0 && drop_slots(p, best, j, m) == GP_OK && fill_slots(p, best, j, m, picks) == GP_OK &&
-                    !short_of_pages;
+            if (m > 0) {
+                starts[runs] = j;
+                lens[runs++] = m;
+                picked += m;
+            }
             j += m;
         }
+        ready = ready && runs > 0 && drop_slot_runs(p, best, starts, lens, runs) == GP_OK;
+        for (size_t k = 0, at = 0; ready && k < runs; at += lens[k++])
+            ready = fill_slots(p, best, starts[k], lens[k], picks + at) == GP_OK;
+        ready = ready && !short_of_pages;
+        free(starts);
+        free(lens);
         free(picks);
         free(here);
         free(mapped_here);
@@ -890,6 +928,32 @@ size_t gp_alias_reclaim(gp_pool_state *p, gp_stream_state *st)
 
 /* ---- undoing aliases ---------------------------------------------------------------------------- */
 
+/* The runs of idle slots of stitched range r whose homes are pages [i0, i0 + n) of seg, each run within
+ * one SHADOW block (r's blocks in address order): *runs of them in first[], len[] (room for n each). */
+static size_t slots_of_homes(const gp_pool_state *p, const gp_segment *r, const gp_segment *seg, size_t i0,
+                             size_t n, size_t *first, size_t *len)
+{
+    size_t runs = 0;
+    for (const gp_block *b = r->first; b != NULL; b = b->next) {
+        if (b->state != GP_BLOCK_SHADOW)
+            continue;
+        bool open = false;
+        for (size_t j = gp_page_index(p, r, b->addr); j < gp_page_index(p, r, b->addr + b->size); j++) {
+            gp_alias_home h = r->homes[j];
+            bool mine = h.seg == seg && h.index >= i0 && h.index < i0 + n;
+            if (mine && open)
+                len[runs - 1]++;
+            else if (mine) {
+                assert(runs < n); /* a home has one slot in a range at most: n runs at most */
+                first[runs] = j;
+                len[runs++] = 1;
+            }
+            open = mine;
+        }
+    }
+    return runs;
+}
+
 size_t gp_alias_unshare(gp_pool_state *p, gp_segment *seg, uintptr_t first, size_t n, int *rc)
 {
     assert(!seg->stitched);
@@ -897,32 +961,44 @@ size_t gp_alias_unshare(gp_pool_state *p, gp_segment *seg, uintptr_t first, size
         return n;
     gp_stream_state *owner = seg->owner;
     size_t i0 = gp_page_index(p, seg, first);
-    for (size_t k = 0; k < n; k++) {
-        size_t i = i0 + k;
-        assert(seg->loans == NULL || seg->loans[i].holder == NULL); /* FREE here: held by nobody */
-        for (gp_segment *r = p->segments_head; r != NULL && seg->alias_count[i] > 0; r = r->next) {
-            if (!r->stitched || r->owner->tenant != owner->tenant || r->aliased == 0)
-                continue;
-            /* Another stream's slot is unmapped under its lock too, taken in the lock order or not
-             * at all (then the page stays, with its slots). */
-            gp_stream_state *holder = r->owner;
-            if (holder != owner && (holder->index > owner->index ? pthread_mutex_lock(&holder->lock)
-                                                                  : pthread_mutex_trylock(&holder->lock)) != 0)
-                return k;
-            int one = GP_OK;
-            for (size_t j = 0; j < r->size / p->page && seg->alias_count[i] > 0 && one == GP_OK; j++)
-                if (r->homes[j].seg == seg && r->homes[j].index == i)
-                    one = drop_slots(p, r, j, 1); /* SHADOW: its home is free, so in use there */
-            if (holder != owner)
-                pthread_mutex_unlock(&holder->lock);
-            if (one != GP_OK) {
-                if (*rc == GP_OK)
-                    *rc = one;
-                return k;
-            }
+    for (size_t k = 0; k < n; k++)
+        assert(seg->loans == NULL || seg->loans[i0 + k].holder == NULL); /* FREE here: held by nobody */
+    /* A page of seg has at most one slot in a stitched range (new_stitched_range and the repair map a
+     * home once per range), so each range has at most n of them: its slots of these pages are unmapped
+     * together, after one device synchronize. */
+    size_t *starts = malloc(n * sizeof *starts), *lens = malloc(n * sizeof *lens);
+    if (starts == NULL || lens == NULL) {
+        free(starts);
+        free(lens);
+        if (*rc == GP_OK)
+            *rc = gp_error_set(GP_ERR_OOM, "out of host memory to unshare %zu pages", n);
+        return 0;
+    }
+    for (gp_segment *r = p->segments_head; r != NULL && seg->aliased > 0; r = r->next) {
+        if (!r->stitched || r->owner->tenant != owner->tenant || r->aliased == 0)
+            continue;
+        /* Another stream's slots are unmapped under its lock too, taken in the lock order or not at
+         * all (then the pages stay, with their slots). */
+        gp_stream_state *holder = r->owner;
+        if (holder != owner && (holder->index > owner->index ? pthread_mutex_lock(&holder->lock)
+                                                              : pthread_mutex_trylock(&holder->lock)) != 0)
+            break;
+        size_t runs = slots_of_homes(p, r, seg, i0, n, starts, lens);
+        int one = runs > 0 ? drop_slot_runs(p, r, starts, lens, runs) : GP_OK; /* SHADOW: the homes are free */
+        if (holder != owner)
+            pthread_mutex_unlock(&holder->lock);
+        if (one != GP_OK) {
+            if (*rc == GP_OK)
+                *rc = one;
+            break;
         }
     }
-    return n;
+    free(starts);
+    free(lens);
+    size_t k = 0; /* the pages from `first` with no slot left */
+    while (k < n && seg->alias_count[i0 + k] == 0)
+        k++;
+    return k;
 }
 
 size_t gp_alias_unshared_run(const gp_pool_state *p, const gp_segment *seg, uintptr_t *first, size_t n)

@@ -121,8 +121,9 @@ size_t gp_alias_free_pages(gp_pool_state *p, gp_stream_state *st);
 bool gp_alias_release(gp_pool_state *p, gp_stream_state *owner, gp_block *b);
 
 /* Unmaps the alias slots of the pages [first, first + n * page) of the ordinary range seg, which lie
- * in FREE blocks (so every alias slot is SHADOW); owner locked, pool lock held. Returns how many pages
- * from `first` have no alias slot left (n, unless an unmap failed: *rc). */
+ * in FREE blocks (so every alias slot is SHADOW), after one device synchronize per stitched range that
+ * has any; owner locked, pool lock held. Returns how many pages from `first` have no alias slot left (n,
+ * unless an unmap failed, *rc, or another stream's lock was not to be had). */
 size_t gp_alias_unshare(gp_pool_state *p, gp_segment *seg, uintptr_t first, size_t n, int *rc);
 
 /* The first run of pages without alias slots among the n pages of the ordinary range seg from

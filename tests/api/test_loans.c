@@ -414,3 +414,33 @@ Test(loans, a_repair_whose_device_call_fails_loses_nothing)
         teardown();
     }
 }
+
+/* Trim with a's stitched range idle over its three free holes: the range's slots of each hole are
+ * unmapped after one device synchronize (gp_alias_unshare), and the hole after another, rather than a
+ * synchronize per slot; everything free goes back, the live blocks keep their contents. */
+Test(loans, trim_unmaps_the_slots_of_a_run_of_free_pages_after_one_synchronize)
+{
+    open_pool(LOANS_CONFIG ",loans:on");
+    void *pa[3], *pb[1], *z;
+    a_range_with_a_third_in_use(pa, pb, &z);
+    check_pattern(a, z, H, 409);
+    gp_sim_synchronize(sim);
+    cr_assert_eq(gp_free(pool, z, a), GP_OK);
+    gp_sim_synchronize(sim);
+    uint64_t syncs = gp_sim_calls(sim, GP_SIM_CALL_DEVICE_SYNC), unmaps = gp_sim_calls(sim, GP_SIM_CALL_UNMAP);
+    size_t released = 0;
+    cr_assert_eq(gp_trim(pool, 0, &released), GP_OK, "%s", gp_last_error());
+    size_t pages = H / (2 * MIB);
+    cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_UNMAP) - unmaps, 7 * pages,
+                 "a's three holes at their slots and at home, b's hole");
+    cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_DEVICE_SYNC) - syncs, 7,
+                 "one synchronize for each hole's slots, one for each hole");
+    cr_expect_eq(released, 4 * H);
+    cr_expect_eq(stats_now().reserved_bytes, 4 * H, "the four live blocks");
+    check_pattern(a, pa[0], H, 401);
+    check_pattern(a, pa[1], H, 403);
+    check_pattern(a, pa[2], H, 405);
+    check_pattern(b, pb[0], H, 407);
+    gp_sim_synchronize(sim);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+}

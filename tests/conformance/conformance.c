@@ -359,6 +359,65 @@ static void case_mappings_and_pause(void)
     close_dev(&d, true);
 }
 
+/* Stitching with loans, then a repair, then a trim (vmm): a's three holes stitched into one block for
+ * its peak, one hole taken by a block of a's, the peak again (the stitched range's slots of that hole
+ * unmapped and b's idle free pages mapped there: a repair, its unmaps after one device synchronize),
+ * then everything freed and trimmed (the alias slots of the free pages unmapped before their homes).
+ * Contents are checked throughout; close_dev checks leaks, races and the CUDA rules. */
+static void case_stitch_repair_trim(void)
+{
+    if (!vmm) {
+        printf("     (stitching: not a virtual memory backend)\n");
+        return;
+    }
+    conf_dev d;
+    if (open_dev(&d, 0, "cache_slack:0,borrow:off") != GP_OK)
+        return;
+    const size_t h = 8 * MIB;
+    gp_stream a = stream_new(&d), b = stream_new(&d);
+    void *hole[4], *pin[4], *x = NULL, *z = NULL;
+    for (int i = 0; i < 4; i++) {
+        gp_stream s = i < 3 ? a : b;
+        CHECK(POOL(gp_alloc(d.pool, &hole[i], h, s)) == GP_OK, "hole %d: %s", i, gp_last_error());
+        CHECK(POOL(gp_alloc(d.pool, &pin[i], h, s)) == GP_OK, "pin %d: %s", i, gp_last_error());
+        kernel(&d, s, pin[i], h, GP_SIM_WRITE, 700 + (uint64_t)i, 100);
+    }
+    for (int i = 0; i < 4; i++)
+        CHECK(POOL(gp_free(d.pool, hole[i], i < 3 ? a : b)) == GP_OK, "free hole %d", i);
+    sync_dev(&d);
+    CHECK(POOL(gp_alloc(d.pool, &x, 3 * h, a)) == GP_OK, "peak: %s", gp_last_error());
+    kernel(&d, a, x, 3 * h, GP_SIM_WRITE, 710, 100);
+    kernel(&d, a, x, 3 * h, GP_SIM_CHECK, 710, 100);
+    CHECK(POOL(gp_free(d.pool, x, a)) == GP_OK, "free peak");
+    sync_dev(&d);
+    CHECK(POOL(gp_alloc(d.pool, &z, h, a)) == GP_OK, "z: %s", gp_last_error());
+    kernel(&d, a, z, h, GP_SIM_WRITE, 711, 100);
+    gp_stats st = {.size = sizeof st, .version = GP_STATS_VERSION};
+    CHECK(POOL(gp_get_stats(d.pool, &st)) == GP_OK, "stats");
+    uint64_t unmaps = st.num_unmaps;
+    CHECK(POOL(gp_alloc(d.pool, &x, 3 * h, a)) == GP_OK, "peak again: %s", gp_last_error());
+    kernel(&d, a, x, 3 * h, GP_SIM_WRITE, 712, 100);
+    kernel(&d, a, x, 3 * h, GP_SIM_CHECK, 712, 100);
+    kernel(&d, a, z, h, GP_SIM_CHECK, 711, 100);
+    CHECK(POOL(gp_get_stats(d.pool, &st)) == GP_OK, "stats");
+    printf("     (the peak again: %llu pages unmapped)\n", (unsigned long long)(st.num_unmaps - unmaps));
+    CHECK(POOL(gp_free(d.pool, x, a)) == GP_OK && POOL(gp_free(d.pool, z, a)) == GP_OK, "free");
+    sync_dev(&d);
+    size_t released = 0;
+    CHECK(POOL(gp_trim(d.pool, 0, &released)) == GP_OK, "trim: %s", gp_last_error());
+    for (int i = 0; i < 4; i++)
+        kernel(&d, i < 3 ? a : b, pin[i], h, GP_SIM_CHECK, 700 + (uint64_t)i, 100);
+    sync_dev(&d);
+    for (int i = 0; i < 4; i++)
+        CHECK(POOL(gp_free(d.pool, pin[i], i < 3 ? a : b)) == GP_OK, "free pin %d", i);
+    sync_dev(&d);
+    CHECK(POOL(gp_trim(d.pool, 0, &released)) == GP_OK, "trim: %s", gp_last_error());
+    CHECK(POOL(gp_get_stats(d.pool, &st)) == GP_OK && st.reserved_bytes == 0, "trim gave everything back: %llu "
+          "reserved", (unsigned long long)st.reserved_bytes);
+    CHECK(mismatches(&d) == 0, "races or contents");
+    close_dev(&d, true);
+}
+
 struct thread_arg {
     conf_dev *d;
     int device;
@@ -625,6 +684,7 @@ int main(int argc, char **argv)
     RUN(case_cross_stream);
     RUN(case_steal_under_pressure);
     RUN(case_mappings_and_pause);
+    RUN(case_stitch_repair_trim);
     RUN(case_fresh_thread);
     RUN(case_other_device);
     RUN(case_stream_forget);
