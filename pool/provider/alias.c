@@ -928,6 +928,25 @@ size_t gp_alias_reclaim(gp_pool_state *p, gp_stream_state *st)
 
 /* ---- undoing aliases ---------------------------------------------------------------------------- */
 
+/* The alias slots the pages [i0, i0 + n) of the ordinary range seg still have. */
+static size_t slots_left(const gp_segment *seg, size_t i0, size_t n)
+{
+    size_t left = 0;
+    for (size_t k = 0; k < n; k++)
+        left += seg->alias_count[i0 + k];
+    return left;
+}
+
+/* True when stitched range r has a slot of one of the pages [i0, i0 + n) of seg (its homes only: they
+ * change under the pool lock, its blocks under its owner's). */
+static bool has_slot_of(const gp_pool_state *p, const gp_segment *r, const gp_segment *seg, size_t i0, size_t n)
+{
+    for (size_t j = 0; j < r->size / p->page; j++)
+        if (r->homes[j].seg == seg && r->homes[j].index >= i0 && r->homes[j].index < i0 + n)
+            return true;
+    return false;
+}
+
 /* The runs of idle slots of stitched range r whose homes are pages [i0, i0 + n) of seg, each run within
  * one SHADOW block (r's blocks in address order): *runs of them in first[], len[] (room for n each). */
 static size_t slots_of_homes(const gp_pool_state *p, const gp_segment *r, const gp_segment *seg, size_t i0,
@@ -974,8 +993,8 @@ size_t gp_alias_unshare(gp_pool_state *p, gp_segment *seg, uintptr_t first, size
             *rc = gp_error_set(GP_ERR_OOM, "out of host memory to unshare %zu pages", n);
         return 0;
     }
-    for (gp_segment *r = p->segments_head; r != NULL && seg->aliased > 0; r = r->next) {
-        if (!r->stitched || r->owner->tenant != owner->tenant || r->aliased == 0)
+    for (gp_segment *r = p->segments_head; r != NULL && slots_left(seg, i0, n) > 0; r = r->next) {
+        if (!r->stitched || r->owner->tenant != owner->tenant || r->aliased == 0 || !has_slot_of(p, r, seg, i0, n))
             continue;
         /* Another stream's slots are unmapped under its lock too, taken in the lock order or not at
          * all (then the pages stay, with their slots). */
