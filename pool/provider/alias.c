@@ -372,10 +372,11 @@ gp_block *gp_alias_take(gp_pool_state *p, gp_stream_state *st, size_t rsize, siz
 }
 
 /* Unmaps the SHADOW pages of stitched range r in `runs` runs, run k the len[k] pages from page index
- * first[k] (owner locked; the runs apart from each other), after one device synchronize for all of
- * them (gp_pages_unmap_list): they become UNMAPPED and their homes lose an alias. A foreign home is not
- * parked with r's owner (the caller makes it FREE first: a parked page must not lose its last way back).
- * Returns GP_OK, or the failure: the pages unmapped before it are dropped, the rest stay as they were. */
+ * first[k] (owner locked; runs that do not overlap, each within one SHADOW block), after one device
+ * synchronize for all of them (gp_pages_unmap_list): they become UNMAPPED and their homes lose an
+ * alias. A foreign home is not parked with r's owner (the caller makes it FREE first: a parked page
+ * must not lose its last way back). Returns GP_OK, or the failure: the pages unmapped before it are
+ * dropped, the rest stay as they were. */
 static int drop_slot_runs(gp_pool_state *p, gp_segment *r, const size_t *first, const size_t *len, size_t runs)
 {
     gp_stream_state *owner = r->owner;
