@@ -189,7 +189,6 @@ static void free_live(const gp_trace *t, replay_state *s, gp_replay_result *r)
 /* Calls that take or give device memory: cudaMalloc/cudaFree, or cuMemCreate/cuMemRelease. */
 #define DEVICE_ALLOC_CALLS (GP_SIM_CALL_MEM_ALLOC | GP_SIM_CALL_PHYS_CREATE)
 #define DEVICE_FREE_CALLS (GP_SIM_CALL_MEM_FREE | GP_SIM_CALL_PHYS_RELEASE)
-#define MAP_CALLS (GP_SIM_CALL_MAP | GP_SIM_CALL_UNMAP)
 
 /* The last max_streams value --conf gives (later keys override earlier ones), 0 if none. */
 static unsigned long conf_max_streams(const char *conf)
@@ -313,7 +312,6 @@ int gp_replay_run(const gp_trace *trace, const gp_replay_options *options, gp_re
     for (unsigned rep = 0; rep < repeats; rep++) {
         gp_replay_calls vmm_before = vmm_calls(s.sim);
         uint64_t calls_before_pass = device_calls(s.sim);
-        uint64_t maps_before_pass = gp_sim_calls(s.sim, MAP_CALLS);
         if (o->observe) {
             uint64_t t0 = now_ns();
             run_pass_observed(trace, &s, r, o, rep);
@@ -339,19 +337,18 @@ int gp_replay_run(const gp_trace *trace, const gp_replay_options *options, gp_re
         gp_sim_synchronize(s.sim);
         if (o->check)
             check_pool(&s, r);
+        gp_replay_calls vmm_after = vmm_calls(s.sim);
+        r->last = calls_between(&vmm_before, &vmm_after);
         uint64_t calls = device_calls(s.sim) - calls_before_pass;
-        uint64_t maps = gp_sim_calls(s.sim, MAP_CALLS) - maps_before_pass;
+        uint64_t maps = r->last.maps + r->last.unmaps;
         if (rep == 0) {
             gp_stats first = {.size = sizeof first, .version = GP_STATS_VERSION};
             if (gp_get_stats(s.pool, &first) == GP_OK)
                 r->allocations_per_pass = first.num_allocs;
             r->device_calls_first_repeat = calls;
             r->map_calls_first_repeat = maps;
-        }
-        gp_replay_calls vmm_after = vmm_calls(s.sim);
-        r->last = calls_between(&vmm_before, &vmm_after);
-        if (rep == 0)
             r->first = r->last;
+        }
         r->device_calls_last_repeat = calls;
         r->map_calls_last_repeat = maps;
         if (calls + maps > 0)

@@ -325,14 +325,12 @@ Test(loans, without_loans_growth_past_the_peak_makes_memory)
 static void a_range_with_a_third_in_use(void **pa, void **pb, void **z)
 {
     void *holes[4];
-    holes[0] = alloc_written(a, H, 400, 1000);
-    pa[0] = alloc_written(a, H, 401, 1000);
-    holes[1] = alloc_written(a, H, 402, 1000);
-    pa[1] = alloc_written(a, H, 403, 1000);
-    holes[2] = alloc_written(a, H, 404, 1000);
-    pa[2] = alloc_written(a, H, 405, 1000);
-    holes[3] = alloc_written(b, H, 406, 1000);
-    pb[0] = alloc_written(b, H, 407, 1000);
+    for (int i = 0; i < 4; i++) { /* hole, pin, hole, pin, ...: pins seeded 401, 403, 405 (a), 407 (b) */
+        gp_stream s = i < 3 ? a : b;
+        void **pin = i < 3 ? &pa[i] : &pb[0];
+        holes[i] = alloc_written(s, H, 400 + 2 * (uint64_t)i, 1000);
+        *pin = alloc_written(s, H, 401 + 2 * (uint64_t)i, 1000);
+    }
     for (int i = 0; i < 4; i++)
         cr_assert_eq(gp_free(pool, holes[i], i < 3 ? a : b), GP_OK);
     gp_sim_synchronize(sim);

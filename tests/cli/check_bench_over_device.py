@@ -15,7 +15,7 @@ Usage: check_bench_over_device.py GPUPOOL WORK_DIR. Exits 1 on any failure, 0 ot
 """
 import json, os, shutil, subprocess, sys
 
-from synthetic_trace import report, write_trace
+from synthetic_trace import missing_from_output, report, write_trace
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MIB = 1 << 20
@@ -67,10 +67,7 @@ def main(argv):
             failures.append(f'the over-device workload still counts in the targets: {failed}')
         if rows['over.csv']['failed_allocations'] == 0:
             failures.append('the over-device workload failed nothing in bench_traces')
-    p = subprocess.run(bench, capture_output=True, text=True)
-    if p.returncode != 0 or 'over the device' not in p.stdout or 'left out of worst' not in p.stdout:
-        failures.append(f'bench_traces table does not mark the workload ({p.returncode}): {p.stdout[-600:]} '
-                        f'{p.stderr.strip()}')
+    failures += missing_from_output(bench, ('over the device', 'left out of worst'), 'bench_traces table')
 
     return report(failures, 'replay reports the device and the demand; bench_traces leaves the over-device '
                             'workload out')

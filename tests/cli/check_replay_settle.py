@@ -19,7 +19,7 @@ Usage: check_replay_settle.py GPUPOOL WORK_DIR. Exits 1 on any failure, 0 otherw
 """
 import json, os, shutil, subprocess, sys
 
-from synthetic_trace import report, write_trace
+from synthetic_trace import missing_from_output, report, write_trace
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KIB, MIB = 1 << 10, 1 << 20
@@ -91,12 +91,9 @@ def main(argv):
             if quiet == 0 and not (settle.get('cuda', {}).get('last_pass_device_calls') and
                                    settle.get('vmm', {}).get('last_pass_map_calls')):
                 failures.append(f'churn in pass 5 made no calls: {settle}')
-    p = subprocess.run(bench, capture_output=True, text=True)
-    for want in ('steady.csv: cuda 1, vmm ', 'over 5 passes: cuda makes none from pass 2, vmm makes none from pass 2',
-                 'over 5 passes: cuda still calls in pass 5 ('):
-        if want not in p.stdout:
-            failures.append(f'bench_traces --settle table lacks {want!r} ({p.returncode}): {p.stdout[-900:]} '
-                            f'{p.stderr.strip()}')
+    failures += missing_from_output(bench, ('steady.csv: cuda 1, vmm ', 'over 5 passes: cuda makes none from pass 2, '
+                                            'vmm makes none from pass 2', 'over 5 passes: cuda still calls in pass 5 ('),
+                                    'bench_traces --settle table')
 
     return report(failures, 'replay says from which pass a pool made no call; bench_traces --settle says it '
                             'over more passes')

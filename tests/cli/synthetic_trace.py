@@ -1,9 +1,12 @@
 """tests/cli/synthetic_trace.py — what the CLI checks share: a synthetic allocation trace written in
-RMM's allocation-log CSV (the format `gpupool replay` reads), and the report a check ends with.
+RMM's allocation-log CSV (the format `gpupool replay` reads), a command's output looked through, and the
+report a check ends with.
 
 Standard library only; imported by the check scripts beside it (their folder is on sys.path when they
 run as scripts).
 """
+
+import subprocess
 
 HEADER = 'Thread,Time,Action,Pointer,Size,Stream\n'
 
@@ -23,6 +26,14 @@ def write_trace(path, phases):
             for p, size in ptrs:
                 t += 1
                 f.write(f'0,{t},free,{hex(p)},{size},0x0\n')
+
+
+def missing_from_output(cmd, wants, what):
+    """Runs cmd and returns a failure for each text of `wants` that its output lacks, or for a non-zero
+    exit (`what` names the output in the message)."""
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    return [f'{what} lacks {want!r} ({p.returncode}): {p.stdout[-900:]} {p.stderr.strip()}'
+            for want in wants if p.returncode != 0 or want not in p.stdout]
 
 
 def report(failures, passed):
