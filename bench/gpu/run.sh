@@ -7,6 +7,8 @@
 #   2. one build (RelWithDebInfo, assertions on, plain-program tests only: no Criterion needed);
 #   3. the steps, in priority order, each with its own time limit cut to what is left:
 #        conformance suite on the cuda and on the vmm backend (tests/conformance, the real backends),
+#        the virtual-memory questions and call times (bench/gpu/vmm_probe.c: may cuMemMap take an
+#        offset into a handle, may one cuMemUnmap span two mappings; cuMemCreate of 1/8/64 pages),
 #        the PyTorch hooks under install(), NULL versus OutOfMemoryError on the installed PyTorch,
 #        pause/resume with contents under PyTorch and the time of a trim of 8 GiB (backend vmm),
 #        three threads on three streams with record_stream checking contents, graph capture
@@ -28,7 +30,7 @@ preflight_only=0
 for arg in "$@"; do
     case "$arg" in
         --preflight-only) preflight_only=1 ;;
-        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
         *) echo "run.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -122,7 +124,7 @@ mkdir -p "$BUILD"
 if timeout $(( $(left) - 60 )) cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUPOOL_WITH_CUDA=ON \
         "-DCUDAToolkit_ROOT=$CUDA_HOME" -DGPUPOOL_CRITERION=OFF -DGPUPOOL_BUILD_BENCH=OFF -DGPUPOOL_PYTHON_TESTS=OFF \
         >"$BUILD/configure.log" 2>&1 \
-   && timeout $(( $(left) - 60 )) cmake --build "$BUILD" -j "$JOBS" --target gpupool conformance >"$BUILD/build.log" 2>&1; then
+   && timeout $(( $(left) - 60 )) cmake --build "$BUILD" -j "$JOBS" --target gpupool conformance vmm_probe >"$BUILD/build.log" 2>&1; then
     record "build" "ok" "$((SECONDS - t0))" "one build: RelWithDebInfo, assertions on, no Criterion"
 else
     tail -30 "$BUILD/configure.log" "$BUILD/build.log" 2>/dev/null
@@ -150,7 +152,7 @@ step() {
     local rc=$?
     tail -15 "$logf"
     local notes
-    notes="$(grep -E '^RESULT|^(passed|FAILED):|^OK|^Ran |skipped' "$logf" | tr '\n' ' ' | cut -c1-300)"
+    notes="$(grep -E '^RESULT|^(passed|FAILED):|^OK|^Ran |skipped|^vmm_probe: [^t]' "$logf" | tr '\n' ' ' | cut -c1-600)"
     case $rc in
         0) if grep -q "skipped '" "$logf"; then record "$name" "skipped" "$((SECONDS - t))" "$notes"; else record "$name" "ok" "$((SECONDS - t))" "$notes"; fi ;;
         124) record "$name" "FAILED" "$((SECONDS - t))" "timed out after ${budget} s; $notes"; failed=1 ;;
@@ -162,6 +164,7 @@ torch_test() { (cd "$ROOT/python/tests" && "$PY" -m unittest -v "test_torch.Inst
 # ---- 3. the steps, most important first ---------------------------------------------------------------
 step "conformance cuda" 60 "" "$BUILD/tests/conformance" cuda
 step "conformance vmm" 60 "" "$BUILD/tests/conformance" vmm
+step "vmm questions + call times" 30 "" "$BUILD/tests/vmm_probe" 20
 if [ "$have_torch" = 1 ]; then
     step "PyTorch hooks (install)" 60 "backend:cuda" torch_test test_tensors_stats_hooks_and_streams
     step "NULL vs OOM" 45 "backend:cuda" torch_test test_over_budget_in_an_installed_pool_raises_out_of_memory

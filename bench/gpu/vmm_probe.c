@@ -1,0 +1,364 @@
+/*
+ * vmm_probe.c — asks a real GPU the questions about CUDA's virtual memory calls that the pool's design
+ * turns on and that the documentation leaves open, and times the calls the warm-up model prices.
+ *
+ * Why: the virtual-memory path creates one physical handle per 2 MiB page (pool/provider/pages.c), so
+ * that each page can be unmapped and mapped elsewhere alone (stitching, moves, loans). A first pass over
+ * a 52 GiB trace makes about 26,000 cuMemCreate calls, which the published A100 cost (193 us) puts at
+ * 5 s of the 5.2 s modelled warm-up. Larger physical chunks would cut that, but only if a page of a
+ * chunk can still be mapped alone, i.e. if cuMemMap accepts an offset into a handle. CUDA 13.0's cuda.h
+ * says both "Maps bytes of memory represented by handle starting from byte offset" and, of the same
+ * parameter, "Note: currently must be zero"; the CUDA emulation (pool/cuda_emu) enforces the note. The
+ * second open question is whether one cuMemUnmap may cover several adjacent mappings ("the entire
+ * contiguous address range that was mapped to"), which would batch the unmaps of a run of pages. This
+ * program answers both on the GPU it runs on, checks the documented refusal (unmapping part of one
+ * mapping), and gives the median time of each call, so that the model's per-call costs can be replaced
+ * by measured ones. It changes nothing in the pool; every handle, mapping and reservation it makes is
+ * undone before it returns, whatever the answers.
+ *
+ * Output: one line per answer, "vmm_probe: <question>: accepted" or "refused (<CUresult name>)", then
+ * "vmm_probe: time <call> <what>: <median> us (<reps> calls)" lines.
+ * Usage: vmm_probe [REPS]  (default 20). Exit 0 when every question was asked, 77 when no CUDA device or
+ * driver is usable (nothing asked), 1 when a call that must work failed (the line says which).
+ * Built by bench/gpu/run.sh against the CUDA runtime; tests/emu/test_vmm_probe.c runs the same code
+ * over the emulation (answers as the emulation's rules give them; its times mean nothing).
+ */
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime_api.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define PROBE_DRIVER_VERSION 12000
+#define PROBE_MAX_REPS 64
+#define PROBE_CHUNK_PAGES 64 /* the largest chunk timed: a growth of 128 MiB */
+
+static struct {
+    PFN_cuGetErrorName_v6000 error_name;
+    PFN_cuMemGetAllocationGranularity_v10020 granularity;
+    PFN_cuMemCreate_v10020 create;
+    PFN_cuMemRelease_v10020 release;
+    PFN_cuMemAddressReserve_v10020 reserve;
+    PFN_cuMemAddressFree_v10020 address_free;
+    PFN_cuMemMap_v10020 map;
+    PFN_cuMemSetAccess_v10020 set_access;
+    PFN_cuMemUnmap_v10020 unmap;
+} probe_drv;
+
+typedef struct {
+    FILE *out;
+    int device;
+    size_t page;
+    unsigned reps;
+    int failed; /* a call that must work did not */
+} probe;
+
+static const char *probe_error_name(CUresult r)
+{
+    const char *name = NULL;
+    if (probe_drv.error_name == NULL || probe_drv.error_name(r, &name) != CUDA_SUCCESS || name == NULL)
+        return "CUDA_ERROR_UNKNOWN_CODE";
+    return name;
+}
+
+/* A call that must succeed; false (and the probe failed, with a line saying which) when it did not. */
+static int probe_must(probe *p, CUresult r, const char *what)
+{
+    if (r == CUDA_SUCCESS)
+        return 1;
+    fprintf(p->out, "vmm_probe: FAILED: %s: %s\n", what, probe_error_name(r));
+    p->failed = 1;
+    return 0;
+}
+
+static void probe_answer(probe *p, const char *question, CUresult r)
+{
+    if (r == CUDA_SUCCESS)
+        fprintf(p->out, "vmm_probe: %s: accepted\n", question);
+    else
+        fprintf(p->out, "vmm_probe: %s: refused (%s)\n", question, probe_error_name(r));
+}
+
+static double probe_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static int probe_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double probe_median(double *v, unsigned n)
+{
+    qsort(v, n, sizeof *v, probe_cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void probe_time_line(probe *p, const char *call, const char *what, double *v, unsigned n)
+{
+    if (n > 0)
+        fprintf(p->out, "vmm_probe: time %s %s: %.1f us (%u calls)\n", call, what, probe_median(v, n), n);
+}
+
+static CUmemAllocationProp probe_prop(int device)
+{
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = device;
+    return prop;
+}
+
+static CUresult probe_access(const probe *p, CUdeviceptr va, size_t size)
+{
+    CUmemAccessDesc access;
+    memset(&access, 0, sizeof access);
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = p->device;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    return probe_drv.set_access(va, size, &access, 1);
+}
+
+static CUresult probe_create(const probe *p, size_t pages, CUmemGenericAllocationHandle *h)
+{
+    CUmemAllocationProp prop = probe_prop(p->device);
+    return probe_drv.create(h, pages * p->page, &prop, 0);
+}
+
+/*
+ * Question 1: a page of a 4-page handle mapped alone at an offset, unmapped, and mapped again at
+ * another address (what moving one page of a chunk would need).
+ */
+static void probe_offset_map(probe *p)
+{
+    size_t g = p->page;
+    CUmemGenericAllocationHandle h = 0;
+    CUdeviceptr a = 0, b = 0;
+    if (!probe_must(p, probe_create(p, 4, &h), "cuMemCreate(4 pages)"))
+        return;
+    if (probe_must(p, probe_drv.reserve(&a, 4 * g, 0, 0, 0), "cuMemAddressReserve(4 pages)") &&
+        probe_must(p, probe_drv.reserve(&b, 4 * g, 0, 0, 0), "cuMemAddressReserve(4 pages)")) {
+        CUresult r = probe_drv.map(a, g, 2 * g, h, 0); /* page 2 of the handle at a */
+        probe_answer(p, "map one page of a 4-page handle at an offset (cuMemMap offset != 0)", r);
+        if (r == CUDA_SUCCESS) {
+            probe_answer(p, "set access on that page alone", probe_access(p, a, g));
+            CUresult u = probe_drv.unmap(a, g);
+            probe_answer(p, "unmap that page alone", u);
+            CUresult m = probe_drv.map(b + g, g, 2 * g, h, 0); /* the same page, elsewhere */
+            probe_answer(p, "map the same page again at another address", m);
+            if (m == CUDA_SUCCESS) {
+                probe_answer(p, "set access there", probe_access(p, b + g, g));
+                probe_must(p, probe_drv.unmap(b + g, g), "cuMemUnmap(the moved page)");
+            }
+            if (u != CUDA_SUCCESS)
+                probe_must(p, probe_drv.unmap(a, g), "cuMemUnmap(the offset page)");
+        }
+    }
+    if (b != 0)
+        probe_must(p, probe_drv.address_free(b, 4 * g), "cuMemAddressFree");
+    if (a != 0)
+        probe_must(p, probe_drv.address_free(a, 4 * g), "cuMemAddressFree");
+    probe_must(p, probe_drv.release(h), "cuMemRelease(4 pages)");
+}
+
+/*
+ * Question 2: one cuMemUnmap over two adjacent one-page mappings (batching a run's unmaps), and the
+ * documented refusal: unmapping one page of a two-page mapping.
+ */
+static void probe_unmap_spans(probe *p)
+{
+    size_t g = p->page;
+    CUmemGenericAllocationHandle h[3] = {0, 0, 0};
+    int mapped[2] = {0, 0}, pair = 0; /* pages 0 and 1 (one page each); pages 2-3 (one mapping) */
+    CUdeviceptr va = 0;
+    if (!probe_must(p, probe_drv.reserve(&va, 4 * g, 0, 0, 0), "cuMemAddressReserve(4 pages)"))
+        return;
+    for (int i = 0; i < 2; i++)
+        mapped[i] = probe_must(p, probe_create(p, 1, &h[i]), "cuMemCreate(1 page)") &&
+                    probe_must(p, probe_drv.map(va + (size_t)i * g, g, 0, h[i], 0), "cuMemMap(1 page)");
+    if (mapped[0] && mapped[1] && probe_must(p, probe_access(p, va, 2 * g), "cuMemSetAccess(2 pages, two mappings)")) {
+        CUresult r = probe_drv.unmap(va, 2 * g);
+        probe_answer(p, "one unmap over two adjacent mappings", r);
+        if (r == CUDA_SUCCESS)
+            mapped[0] = mapped[1] = 0;
+    }
+    pair = probe_must(p, probe_create(p, 2, &h[2]), "cuMemCreate(2 pages)") &&
+           probe_must(p, probe_drv.map(va + 2 * g, 2 * g, 0, h[2], 0), "cuMemMap(2 pages)");
+    if (pair) {
+        CUresult r = probe_drv.unmap(va + 2 * g, g);
+        probe_answer(p, "unmap one page of a two-page mapping (documented: refused)", r);
+        if (r == CUDA_SUCCESS) /* then the other page is a mapping of its own */
+            pair = !probe_must(p, probe_drv.unmap(va + 3 * g, g), "cuMemUnmap(the other page)");
+        else
+            pair = !probe_must(p, probe_drv.unmap(va + 2 * g, 2 * g), "cuMemUnmap(2 pages)");
+    }
+    for (int i = 0; i < 2; i++)
+        if (mapped[i])
+            probe_must(p, probe_drv.unmap(va + (size_t)i * g, g), "cuMemUnmap(1 page)");
+    for (int i = 0; i < 3; i++)
+        if (h[i] != 0)
+            probe_must(p, probe_drv.release(h[i]), "cuMemRelease");
+    if (!pair) /* a mapping left in it (an unmap that failed) keeps the reservation */
+        probe_must(p, probe_drv.address_free(va, 4 * g), "cuMemAddressFree");
+}
+
+/* The median time of each call the warm-up model prices, on pages mapped one per handle as the pool
+ * maps them, and of a create, access and release of a PROBE_CHUNK_PAGES-page chunk for comparison. */
+static void probe_times(probe *p)
+{
+    size_t g = p->page, n = p->reps;
+    size_t sizes[3] = {1, 8, PROBE_CHUNK_PAGES};
+    double t_create[3][PROBE_MAX_REPS], t_release[3][PROBE_MAX_REPS];
+    double t_map[PROBE_MAX_REPS], t_access[PROBE_MAX_REPS], t_access_run[PROBE_MAX_REPS];
+    double t_unmap[PROBE_MAX_REPS], t_sync[PROBE_MAX_REPS];
+    unsigned made[3] = {0, 0, 0}, maps = 0, accesses = 0, runs = 0, unmaps = 0, syncs = 0;
+    for (int s = 0; s < 3 && !p->failed; s++)
+        for (unsigned i = 0; i < n && !p->failed; i++) {
+            CUmemGenericAllocationHandle h = 0;
+            double t0 = probe_now_us();
+            if (!probe_must(p, probe_create(p, sizes[s], &h), "cuMemCreate (timed)"))
+                break;
+            double t1 = probe_now_us();
+            probe_must(p, probe_drv.release(h), "cuMemRelease (timed)");
+            t_create[s][made[s]] = t1 - t0;
+            t_release[s][made[s]++] = probe_now_us() - t1;
+        }
+    /* n one-page handles mapped side by side in one reservation, as a grown run of the pool's pages */
+    CUmemGenericAllocationHandle hs[PROBE_MAX_REPS];
+    unsigned have = 0;
+    CUdeviceptr va = 0;
+    if (!p->failed && probe_must(p, probe_drv.reserve(&va, n * g, 0, 0, 0), "cuMemAddressReserve (timed)")) {
+        for (; have < n && probe_must(p, probe_create(p, 1, &hs[have]), "cuMemCreate (timed run)"); have++) {
+        }
+        unsigned mapped = 0;
+        for (; mapped < have; mapped++) {
+            double t0 = probe_now_us();
+            if (!probe_must(p, probe_drv.map(va + mapped * g, g, 0, hs[mapped], 0), "cuMemMap (timed)"))
+                break;
+            t_map[maps++] = probe_now_us() - t0;
+        }
+        for (unsigned i = 0; i < mapped; i++) {
+            double t0 = probe_now_us();
+            if (!probe_must(p, probe_access(p, va + i * g, g), "cuMemSetAccess (timed)"))
+                break;
+            t_access[accesses++] = probe_now_us() - t0;
+        }
+        for (unsigned i = 0; i < 5 && mapped == n; i++) {
+            double t0 = probe_now_us();
+            if (!probe_must(p, probe_access(p, va, n * g), "cuMemSetAccess (timed run)"))
+                break;
+            t_access_run[runs++] = probe_now_us() - t0;
+        }
+        for (unsigned i = 0; i < 5; i++) {
+            double t0 = probe_now_us();
+            if (!probe_must(p, cudaDeviceSynchronize() == cudaSuccess ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN,
+                            "cudaDeviceSynchronize"))
+                break;
+            t_sync[syncs++] = probe_now_us() - t0;
+        }
+        for (unsigned i = 0; i < mapped; i++) {
+            double t0 = probe_now_us();
+            if (probe_must(p, probe_drv.unmap(va + i * g, g), "cuMemUnmap (timed)"))
+                t_unmap[unmaps++] = probe_now_us() - t0;
+        }
+        for (unsigned i = 0; i < have; i++)
+            probe_must(p, probe_drv.release(hs[i]), "cuMemRelease (timed run)");
+        probe_must(p, probe_drv.address_free(va, n * g), "cuMemAddressFree (timed)");
+    }
+    char what[64];
+    for (int s = 0; s < 3; s++) {
+        snprintf(what, sizeof what, "of %zu page%s", sizes[s], sizes[s] > 1 ? "s" : "");
+        probe_time_line(p, "cuMemCreate", what, t_create[s], made[s]);
+        probe_time_line(p, "cuMemRelease", what, t_release[s], made[s]);
+    }
+    probe_time_line(p, "cuMemMap", "of 1 page", t_map, maps);
+    probe_time_line(p, "cuMemSetAccess", "of 1 page", t_access, accesses);
+    snprintf(what, sizeof what, "of a run of %zu one-page mappings", n);
+    probe_time_line(p, "cuMemSetAccess", what, t_access_run, runs);
+    probe_time_line(p, "cuMemUnmap", "of 1 page", t_unmap, unmaps);
+    probe_time_line(p, "cudaDeviceSynchronize", "of an idle device", t_sync, syncs);
+}
+
+static int probe_resolve(FILE *out)
+{
+    const struct {
+        const char *symbol;
+        void *slot;
+    } table[] = {
+        {"cuGetErrorName", &probe_drv.error_name},   {"cuMemGetAllocationGranularity", &probe_drv.granularity},
+        {"cuMemCreate", &probe_drv.create},          {"cuMemRelease", &probe_drv.release},
+        {"cuMemAddressReserve", &probe_drv.reserve}, {"cuMemAddressFree", &probe_drv.address_free},
+        {"cuMemMap", &probe_drv.map},                {"cuMemSetAccess", &probe_drv.set_access},
+        {"cuMemUnmap", &probe_drv.unmap},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+        void *fn = NULL;
+        enum cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
+        cudaError_t err = cudaGetDriverEntryPointByVersion(table[i].symbol, &fn, PROBE_DRIVER_VERSION,
+                                                           cudaEnableDefault, &status);
+        if (err != cudaSuccess || fn == NULL || status != cudaDriverEntryPointSuccess) {
+            fprintf(out, "vmm_probe: no CUDA driver entry point %s (%s): nothing asked\n", table[i].symbol,
+                    err != cudaSuccess ? cudaGetErrorName(err) : "not found");
+            return 0;
+        }
+        memcpy(table[i].slot, &fn, sizeof fn);
+    }
+    return 1;
+}
+
+/* Runs every question and the timings on the current device; returns the exit status (above). */
+int vmm_probe_run(FILE *out, unsigned reps)
+{
+    probe p = {.out = out, .device = 0, .page = 0, .reps = reps, .failed = 0};
+    if (p.reps < 1 || p.reps > PROBE_MAX_REPS) {
+        fprintf(out, "vmm_probe: REPS must be 1-%d, not %u\n", PROBE_MAX_REPS, reps);
+        return 1;
+    }
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count < 1 || cudaSetDevice(0) != cudaSuccess ||
+        cudaFree(NULL) != cudaSuccess) {
+        fprintf(out, "vmm_probe: no usable CUDA device: nothing asked\n");
+        return 77;
+    }
+    if (!probe_resolve(out))
+        return 77;
+    CUmemAllocationProp prop = probe_prop(p.device);
+    size_t minimum = 0, recommended = 0;
+    if (!probe_must(&p, probe_drv.granularity(&minimum, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+                    "cuMemGetAllocationGranularity(minimum)") ||
+        !probe_must(&p, probe_drv.granularity(&recommended, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
+                    "cuMemGetAllocationGranularity(recommended)"))
+        return 1;
+    p.page = minimum;
+    fprintf(out, "vmm_probe: page (minimum granularity) %zu bytes, recommended %zu bytes\n", minimum, recommended);
+    probe_offset_map(&p);
+    probe_unmap_spans(&p);
+    if (!p.failed)
+        probe_times(&p);
+    return p.failed ? 1 : 0;
+}
+
+#ifndef VMM_PROBE_NO_MAIN
+int main(int argc, char **argv)
+{
+    unsigned long reps = 20;
+    char *end = NULL;
+    if (argc == 2)
+        reps = strtoul(argv[1], &end, 10);
+    if (argc > 2 || (argc == 2 && (end == argv[1] || *end != '\0' || reps > PROBE_MAX_REPS))) {
+        fprintf(stderr, "usage: vmm_probe [REPS]  (1-%d, default 20), not '%s'\n", PROBE_MAX_REPS,
+                argc >= 2 ? argv[1] : "");
+        return 2;
+    }
+    return vmm_probe_run(stdout, (unsigned)reps);
+}
+#endif
