@@ -274,6 +274,31 @@ static void probe_times(probe *p)
             probe_must(p, probe_drv.release(hs[i]), "cuMemRelease (timed run)");
         probe_must(p, probe_drv.address_free(va, n * g), "cuMemAddressFree (timed)");
     }
+    /* a chunk mapped, given access and unmapped whole: what a pool whose unit of moving is the chunk
+     * (no offsets) would pay per growth, against PROBE_CHUNK_PAGES calls of each above */
+    double t_cmap[PROBE_MAX_REPS], t_caccess[PROBE_MAX_REPS], t_cunmap[PROBE_MAX_REPS];
+    unsigned chunks = 0;
+    for (unsigned i = 0; i < 5 && !p->failed; i++) {
+        CUmemGenericAllocationHandle h = 0;
+        CUdeviceptr cva = 0;
+        if (!probe_must(p, probe_drv.reserve(&cva, PROBE_CHUNK_PAGES * g, 0, 0, 0), "cuMemAddressReserve (chunk)"))
+            break;
+        if (probe_must(p, probe_create(p, PROBE_CHUNK_PAGES, &h), "cuMemCreate (chunk)")) {
+            double t0 = probe_now_us();
+            if (probe_must(p, probe_drv.map(cva, PROBE_CHUNK_PAGES * g, 0, h, 0), "cuMemMap (chunk)")) {
+                double t1 = probe_now_us();
+                int ok = probe_must(p, probe_access(p, cva, PROBE_CHUNK_PAGES * g), "cuMemSetAccess (chunk)");
+                double t2 = probe_now_us();
+                if (probe_must(p, probe_drv.unmap(cva, PROBE_CHUNK_PAGES * g), "cuMemUnmap (chunk)") && ok) {
+                    t_cmap[chunks] = t1 - t0;
+                    t_caccess[chunks] = t2 - t1;
+                    t_cunmap[chunks++] = probe_now_us() - t2;
+                }
+            }
+            probe_must(p, probe_drv.release(h), "cuMemRelease (chunk)");
+        }
+        probe_must(p, probe_drv.address_free(cva, PROBE_CHUNK_PAGES * g), "cuMemAddressFree (chunk)");
+    }
     char what[64];
     for (int s = 0; s < 3; s++) {
         snprintf(what, sizeof what, "of %zu page%s", sizes[s], sizes[s] > 1 ? "s" : "");
@@ -286,6 +311,10 @@ static void probe_times(probe *p)
     probe_time_line(p, "cuMemSetAccess", what, t_access_run, runs);
     probe_time_line(p, "cuMemUnmap", "of 1 page", t_unmap, unmaps);
     probe_time_line(p, "cudaDeviceSynchronize", "of an idle device", t_sync, syncs);
+    snprintf(what, sizeof what, "of one %d-page mapping", PROBE_CHUNK_PAGES);
+    probe_time_line(p, "cuMemMap", what, t_cmap, chunks);
+    probe_time_line(p, "cuMemSetAccess", what, t_caccess, chunks);
+    probe_time_line(p, "cuMemUnmap", what, t_cunmap, chunks);
 }
 
 static int probe_resolve(FILE *out)

@@ -56,7 +56,8 @@ static void every_question_is_answered_as_the_emulation_rules(void)
     const char *times[] = {"time cuMemCreate of 1 page:", "time cuMemCreate of 64 pages:",
                            "time cuMemRelease of 8 pages:", "time cuMemMap of 1 page:",
                            "time cuMemSetAccess of 1 page:", "time cuMemSetAccess of a run of 4 one-page mappings:",
-                           "time cuMemUnmap of 1 page:", "time cudaDeviceSynchronize of an idle device:"};
+                           "time cuMemUnmap of 1 page:", "time cudaDeviceSynchronize of an idle device:",
+                           "time cuMemMap of one 64-page mapping:", "time cuMemUnmap of one 64-page mapping:"};
     for (size_t i = 0; i < sizeof times / sizeof times[0]; i++)
         CHECK(strstr(output, times[i]) != NULL, "no line '%s':\n%s", times[i], output);
     CHECK(strstr(output, "FAILED") == NULL, "a call that must work failed:\n%s", output);
