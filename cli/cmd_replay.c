@@ -3,6 +3,7 @@
  * fragmentation (peak reserved over peak live), device calls and host time per event.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,10 @@ static const char replay_usage[] =
     "  --repeat N            replay each trace N times on one pool, freeing what is live in between\n"
     "                        (as a training loop would); time per event is the median over passes\n"
     "  --json                print exactly one JSON object on stdout\n"
+    "  --call-costs create=US,map=US,unmap=US,access=US,sync=US\n"
+    "                        per-call costs (microseconds) of the device-time model of the first and last\n"
+    "                        pass (warmup, last_pass_calls); any of them, the others keep the published\n"
+    "                        A100 figures (193, 1.5, 26, 36; sync 0); bench/gpu/vmm_probe prints measured ones\n"
     "  --check               check the pool's invariants (gp_check) after every pass, with what the pass\n"
     "                        left live and after it is freed; a failed check fails the replay (exit 1)\n"
     "  --plot FILE.svg       draw live and reserved bytes over the replay(s) into FILE.svg\n"
@@ -129,14 +134,17 @@ static void print_peak(const gp_peak_composition *c, uint64_t per_pass)
 }
 
 /* A pass's virtual-memory calls and their modelled device time, when it made any. */
-static void print_calls(const char *label, const char *which, const gp_replay_calls *c)
+static void print_calls(const char *label, const char *which, const gp_replay_calls *c, const gp_call_costs *costs)
 {
     if (c->creates + c->maps + c->unmaps == 0)
         return;
-    printf("  %-21s %.1f ms: %s pass %llu creates, %llu maps, %llu set-access, %llu unmaps (%llu syncs) at A100 "
+    gp_call_costs published = gp_call_costs_published();
+    bool given = memcmp(costs, &published, sizeof published) != 0;
+    printf("  %-21s %.1f ms: %s pass %llu creates, %llu maps, %llu set-access, %llu unmaps (%llu syncs) at %s "
            "costs per call\n",
            label, c->model_us / 1000.0, which, (unsigned long long)c->creates, (unsigned long long)c->maps,
-           (unsigned long long)c->set_access, (unsigned long long)c->unmaps, (unsigned long long)c->syncs);
+           (unsigned long long)c->set_access, (unsigned long long)c->unmaps, (unsigned long long)c->syncs,
+           given ? "the given (--call-costs)" : "A100");
 }
 
 static void print_text(const gp_trace *t, const gp_replay_result *r)
@@ -167,9 +175,9 @@ static void print_text(const gp_trace *t, const gp_replay_result *r)
     else
         printf("  settled               no: the last pass made device, map or unmap calls (--repeat more to see "
                "whether they stop)\n");
-    print_calls("warm-up model", "first", &r->first);
+    print_calls("warm-up model", "first", &r->first, &r->costs);
     if (r->repeats > 1)
-        print_calls("last-pass model", "last", &r->last);
+        print_calls("last-pass model", "last", &r->last, &r->costs);
     printf("  page floor            %.3f x live (peak live in 512 B granules, in whole 2 MiB pages)\n",
            r->peak_live_bytes ? (double)r->page_floor_bytes / (double)r->peak_live_bytes : 0.0);
     print_peak(&r->peak, r->allocations_per_pass);
@@ -240,6 +248,8 @@ static void print_json_trace(FILE *f, const gp_trace *t, const gp_replay_result 
     json_calls(f, &r->first);
     fputs(",\"last_pass_calls\":", f);
     json_calls(f, &r->last);
+    fprintf(f, ",\"call_costs_us\":{\"create\":%g,\"map\":%g,\"unmap\":%g,\"access\":%g,\"sync\":%g}",
+            r->costs.create_us, r->costs.map_us, r->costs.unmap_us, r->costs.set_access_us, r->costs.sync_us);
     fputs(",\"conf\":", f);
     json_string(f, conf);
     fputs(",\"first_failure\":", f);
@@ -287,8 +297,9 @@ int gp_cmd_replay(int argc, char **argv)
     const char *plot = NULL;
     const char *compare = NULL;
     unsigned repeat = 1;
-    int json = 0, repeat_given = 0, processes = 0, check = 0;
+    int json = 0, repeat_given = 0, processes = 0, check = 0, costs_given = 0;
     double speed = 0;
+    gp_call_costs costs = gp_call_costs_published();
     const char *snapshot = NULL;
     unsigned snapshot_flags = 0;
     int first_trace = argc;
@@ -326,9 +337,9 @@ int gp_cmd_replay(int argc, char **argv)
             break;
         }
         const char *names[] = {"--device-memory", "--conf", "--repeat", "--plot", "--model", "--snapshot-format",
-                               "--snapshot", "--speed", "--compare"};
+                               "--snapshot", "--speed", "--compare", "--call-costs"};
         int which = -1;
-        for (int k = 0; k < 9; k++) {
+        for (int k = 0; k < 10; k++) {
             size_t n = strlen(names[k]);
             if (strncmp(a, names[k], n) == 0 && (a[n] == '\0' || a[n] == '=')) {
                 which = k;
@@ -387,6 +398,14 @@ int gp_cmd_replay(int argc, char **argv)
                 free(model_specs);
                 return 2;
             }
+        } else if (which == 9) {
+            costs_given = 1;
+            char err[256];
+            if (gp_call_costs_parse(value, &costs, err, sizeof err) != 0) {
+                fprintf(stderr, "gpupool replay: --call-costs %s: %s\n", value, err);
+                status = 2;
+                goto done;
+            }
         } else if (which == 8) {
             char err[256];
             if (gp_compare_check(value, err, sizeof err) != 0) {
@@ -409,9 +428,9 @@ int gp_cmd_replay(int argc, char **argv)
         if (first_trace < argc) {
             fprintf(stderr, "gpupool replay: give traces either as --model NAME=TRACE or plainly, not both\n");
             status = 2;
-        } else if (repeat_given || plot != NULL || check) {
+        } else if (repeat_given || plot != NULL || check || costs_given) {
             fprintf(stderr, "gpupool replay: %s does not apply to --model (the models replay once, together)\n",
-                    repeat_given ? "--repeat" : plot != NULL ? "--plot" : "--check");
+                    repeat_given ? "--repeat" : plot != NULL ? "--plot" : check ? "--check" : "--call-costs");
             status = 2;
         } else {
             status = gp_replay_models(model_specs, num_models, dm, conf, json, snapshot, snapshot_flags, processes,
@@ -470,7 +489,7 @@ int gp_cmd_replay(int argc, char **argv)
                     path, trace.double_allocs, trace.double_allocs == 1 ? "" : "s", path,
                     trace.first_double_alloc_line);
         gp_replay_options opt = {.device_memory = dm, .conf = conf, .repeat = repeat, .snapshot = snapshot,
-                                 .snapshot_flags = snapshot_flags, .check = check};
+                                 .snapshot_flags = snapshot_flags, .check = check, .costs = &costs};
         gp_replay_result *res = malloc(sizeof *res);
         if (res == NULL) {
             fprintf(stderr, "gpupool replay: out of host memory\n");

@@ -206,18 +206,63 @@ static uint64_t device_calls(gp_sim *sim)
 }
 
 /*
- * The device-time model of a pass (gp_replay_calls): its virtual-memory calls at published per-call
- * figures for one 2 MiB page on an A100 (kvcached's benchmarks): cuMemCreate 193 us, cuMemSetAccess
- * 36 us, cuMemMap 1.5 us, cuMemUnmap 26 us. Each call is charged once, whatever its size: a model, a
- * lower bound for calls that cover several pages (whose cost on a GPU is not published), and it leaves
- * out cuMemRelease and the device synchronizations before unmapping (counted, not costed: their cost
- * depends on the work still queued). Of the first pass it is the warm-up; of the last, what a loop
- * that has not settled pays in every step.
+ * The device-time model of a pass (gp_replay_calls): its virtual-memory calls at per-call costs. The
+ * defaults are published figures for one 2 MiB page on an A100 (kvcached's benchmarks): cuMemCreate
+ * 193 us, cuMemSetAccess 36 us, cuMemMap 1.5 us, cuMemUnmap 26 us. Each call is charged once, whatever
+ * its size: a model, a lower bound for calls that cover several pages (whose cost on a GPU is not
+ * published), and it leaves out cuMemRelease and, by default, the device synchronizations before
+ * unmapping (counted, not costed: their cost depends on the work still queued). Of the first pass it is
+ * the warm-up; of the last, what a loop that has not settled pays in every step. Measured costs come in
+ * through gp_replay_options.costs (`--call-costs`).
  */
-#define MODEL_CREATE_US 193.0
-#define MODEL_SET_ACCESS_US 36.0
-#define MODEL_MAP_US 1.5
-#define MODEL_UNMAP_US 26.0
+gp_call_costs gp_call_costs_published(void)
+{
+    gp_call_costs c = {.create_us = 193.0, .map_us = 1.5, .unmap_us = 26.0, .set_access_us = 36.0, .sync_us = 0.0};
+    return c;
+}
+
+int gp_call_costs_parse(const char *text, gp_call_costs *costs, char *err, size_t errlen)
+{
+    static const char *const keys[] = {"create", "map", "unmap", "access", "sync"};
+    gp_call_costs c = *costs;
+    double *slots[] = {&c.create_us, &c.map_us, &c.unmap_us, &c.set_access_us, &c.sync_us};
+    if (text == NULL || *text == '\0') {
+        snprintf(err, errlen, "no costs given: expected create=US,map=US,unmap=US,access=US,sync=US (any of them)");
+        return -1;
+    }
+    for (const char *item = text; item != NULL;) {
+        const char *comma = strchr(item, ',');
+        size_t len = comma ? (size_t)(comma - item) : strlen(item);
+        const char *eq = memchr(item, '=', len);
+        size_t klen = eq ? (size_t)(eq - item) : len;
+        int k = -1;
+        for (int i = 0; i < 5; i++)
+            if (strlen(keys[i]) == klen && strncmp(item, keys[i], klen) == 0)
+                k = i;
+        if (k < 0) {
+            snprintf(err, errlen, "'%.*s': not one of create, map, unmap, access, sync", (int)klen, item);
+            return -1;
+        }
+        char value[64];
+        size_t vlen = eq ? len - klen - 1 : 0;
+        char *end = NULL;
+        double v = 0;
+        if (eq != NULL && vlen > 0 && vlen < sizeof value) {
+            memcpy(value, eq + 1, vlen);
+            value[vlen] = '\0';
+            v = strtod(value, &end);
+        }
+        if (end == NULL || *end != '\0' || !(v >= 0) || v > 1e9) {
+            snprintf(err, errlen, "%s: '%.*s' is not a cost in microseconds (a number from 0 to 1e9)", keys[k],
+                     (int)(eq ? vlen : 0), eq ? eq + 1 : "");
+            return -1;
+        }
+        *slots[k] = v;
+        item = comma ? comma + 1 : NULL;
+    }
+    *costs = c;
+    return 0;
+}
 
 static gp_replay_calls vmm_calls(gp_sim *sim)
 {
@@ -232,8 +277,9 @@ static gp_replay_calls vmm_calls(gp_sim *sim)
     return c;
 }
 
-/* The calls made between two counts, and their modelled device time. */
-static gp_replay_calls calls_between(const gp_replay_calls *before, const gp_replay_calls *after)
+/* The calls made between two counts, and their modelled device time at `costs`. */
+static gp_replay_calls calls_between(const gp_replay_calls *before, const gp_replay_calls *after,
+                                     const gp_call_costs *costs)
 {
     gp_replay_calls d = {
         .creates = after->creates - before->creates,
@@ -243,8 +289,9 @@ static gp_replay_calls calls_between(const gp_replay_calls *before, const gp_rep
         .set_access = after->set_access - before->set_access,
         .syncs = after->syncs - before->syncs,
     };
-    d.model_us = (double)d.creates * MODEL_CREATE_US + (double)d.set_access * MODEL_SET_ACCESS_US +
-                 (double)d.maps * MODEL_MAP_US + (double)d.unmaps * MODEL_UNMAP_US;
+    d.model_us = (double)d.creates * costs->create_us + (double)d.set_access * costs->set_access_us +
+                 (double)d.maps * costs->map_us + (double)d.unmaps * costs->unmap_us +
+                 (double)d.syncs * costs->sync_us;
     return d;
 }
 
@@ -253,8 +300,10 @@ int gp_replay_run(const gp_trace *trace, const gp_replay_options *options, gp_re
 {
     gp_replay_options defaults = {0};
     const gp_replay_options *o = options ? options : &defaults;
+    gp_call_costs costs = o->costs != NULL ? *o->costs : gp_call_costs_published();
     gp_replay_result *r = result;
     memset(r, 0, sizeof *r);
+    r->costs = costs;
     unsigned repeats = o->repeat ? o->repeat : 1;
     r->repeats = repeats;
     r->events = trace->num_events;
@@ -338,7 +387,7 @@ int gp_replay_run(const gp_trace *trace, const gp_replay_options *options, gp_re
         if (o->check)
             check_pool(&s, r);
         gp_replay_calls vmm_after = vmm_calls(s.sim);
-        r->last = calls_between(&vmm_before, &vmm_after);
+        r->last = calls_between(&vmm_before, &vmm_after, &costs);
         uint64_t calls = device_calls(s.sim) - calls_before_pass;
         uint64_t maps = r->last.maps + r->last.unmaps;
         if (rep == 0) {

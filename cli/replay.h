@@ -26,6 +26,22 @@
 typedef void (*gp_replay_observer)(void *opaque, unsigned repeat, size_t index, uint64_t live_bytes,
                                    const gp_stats *stats);
 
+/*
+ * What one call of each kind costs in the device-time model, in microseconds. The defaults
+ * (gp_call_costs_published) are published figures for one 2 MiB page on an A100 (replay.c says which)
+ * and a synchronization at 0: counted, not costed, since its cost is the work still queued, which a
+ * replay does not have. `gpupool replay --call-costs` takes measured ones (bench/gpu/vmm_probe.c prints
+ * the option with the medians it measured on a GPU).
+ */
+typedef struct gp_call_costs {
+    double create_us, map_us, unmap_us, set_access_us, sync_us;
+} gp_call_costs;
+
+gp_call_costs gp_call_costs_published(void);
+/* Parses "create=US,map=US,unmap=US,access=US,sync=US" (any of them, in any order; the others keep
+ * their value in *costs) into *costs. 0, or -1 with what and why in err and *costs unchanged. */
+int gp_call_costs_parse(const char *text, gp_call_costs *costs, char *err, size_t errlen);
+
 typedef struct gp_replay_options {
     const char *device_memory; /* the sim's capacity as a config value ("80GiB"); NULL = the default */
     const char *conf;          /* more pool configuration, "key:value,..."; NULL or "" = none */
@@ -41,14 +57,15 @@ typedef struct gp_replay_options {
     /* When set: gp_check after every pass, once with what the pass left live and once after it is
      * freed; failures are counted in check_failures, the first one's message kept. */
     bool check;
+    /* The device-time model's per-call costs (gp_replay_calls); NULL = gp_call_costs_published(). */
+    const gp_call_costs *costs;
 } gp_replay_options;
 
 #define GP_REPLAY_MAX_TIMED_REPEATS 1024u
 
 /*
- * One pass's virtual-memory calls by kind, and the device time they model: each call times a published
- * per-call cost on an A100 (replay.c says which). Synchronizations (one before each run of unmaps) are
- * counted, not costed: theirs is the work still queued, which a replay does not have.
+ * One pass's virtual-memory calls by kind, and the device time they model: each call times its cost in
+ * gp_replay_options.costs (by default the published A100 figures; synchronizations at 0).
  */
 typedef struct gp_replay_calls {
     uint64_t creates, releases, maps, unmaps, set_access, syncs;
@@ -79,6 +96,7 @@ typedef struct gp_replay_result {
     /* The first (warm-up) pass and the last one, per kind of virtual-memory call (sim-vmm; 0 on sim),
      * with what they would cost on a GPU (gp_replay_calls). */
     gp_replay_calls first, last;
+    gp_call_costs costs; /* the per-call costs the model of first and last used */
     uint64_t failed_allocations;   /* gp_alloc failures, all passes */
     uint64_t failed_frees;         /* gp_free failures (e.g. a free on a stream no allocation used): the
                                     * block stays live and is freed on its own stream at the pass's end */

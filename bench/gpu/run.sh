@@ -152,7 +152,7 @@ step() {
     local rc=$?
     tail -15 "$logf"
     local notes
-    notes="$(grep -E '^RESULT|^(passed|FAILED):|^OK|^Ran |skipped|^vmm_probe: [^t]' "$logf" | tr '\n' ' ' | cut -c1-600)"
+    notes="$(grep -E '^RESULT|^(passed|FAILED):|^OK|^Ran |skipped|^vmm_probe: ([^t]|the )' "$logf" | tr '\n' ' ' | cut -c1-600)"
     case $rc in
         0) if grep -q "skipped '" "$logf"; then record "$name" "skipped" "$((SECONDS - t))" "$notes"; else record "$name" "ok" "$((SECONDS - t))" "$notes"; fi ;;
         124) record "$name" "FAILED" "$((SECONDS - t))" "timed out after ${budget} s; $notes"; failed=1 ;;

@@ -17,7 +17,8 @@
  * undone before it returns, whatever the answers.
  *
  * Output: one line per answer, "vmm_probe: <question>: accepted" or "refused (<CUresult name>)", then
- * "vmm_probe: time <call> <what>: <median> us (<reps> calls)" lines.
+ * "vmm_probe: time <call> <what>: <median> us (<reps> calls)" lines, and the `gpupool replay
+ * --call-costs ...` option that prices the replay's warm-up and last-pass records at the medians measured.
  * Usage: vmm_probe [REPS]  (default 20). Exit 0 when every question was asked, 77 when no CUDA device or
  * driver is usable (nothing asked), 1 when a call that must work failed (the line says which).
  * Built by bench/gpu/run.sh against the CUDA runtime; tests/emu/test_vmm_probe.c runs the same code
@@ -311,6 +312,12 @@ static void probe_times(probe *p)
     probe_time_line(p, "cuMemSetAccess", what, t_access_run, runs);
     probe_time_line(p, "cuMemUnmap", "of 1 page", t_unmap, unmaps);
     probe_time_line(p, "cudaDeviceSynchronize", "of an idle device", t_sync, syncs);
+    if (made[0] > 0 && maps > 0 && unmaps > 0 && accesses > 0 && syncs > 0) /* the model's costs, measured */
+        fprintf(p->out,
+                "vmm_probe: the replay's device-time model at these costs: gpupool replay --call-costs "
+                "create=%.1f,map=%.1f,unmap=%.1f,access=%.1f,sync=%.1f\n",
+                probe_median(t_create[0], made[0]), probe_median(t_map, maps), probe_median(t_unmap, unmaps),
+                probe_median(t_access, accesses), probe_median(t_sync, syncs));
     snprintf(what, sizeof what, "of one %d-page mapping", PROBE_CHUNK_PAGES);
     probe_time_line(p, "cuMemMap", what, t_cmap, chunks);
     probe_time_line(p, "cuMemSetAccess", what, t_caccess, chunks);

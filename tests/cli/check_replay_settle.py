@@ -14,6 +14,7 @@ Two synthetic traces, no ../shared needed, both backends:
     back to make the other's (calls in every pass, by design: memory kept near demand).
 The virtual-memory calls of the first and the last pass (`warmup`, `last_pass_calls`: counts by kind and
 their modelled device time) add up to the pass's map and unmap calls, and are none in a quiet last pass.
+`--call-costs` prices them at given per-call costs (what bench/gpu/vmm_probe measures on a GPU).
 
 Usage: check_replay_settle.py GPUPOOL WORK_DIR. Exits 1 on any failure, 0 otherwise.
 """
@@ -71,6 +72,29 @@ def main(argv):
             failures.append(f'churn on {backend}: text does not say it has not settled:\n{text}')
         if (backend == 'sim-vmm') != ('last-pass model' in text):
             failures.append(f'churn on {backend}: the last-pass model line is {"missing" if backend == "sim-vmm" else "there"}:\n{text}')
+
+    # --call-costs: the model's per-call costs; creates alone at 1 us each make model_us the create count
+    # in both records, the costs used come back in call_costs_us, and a bad value changes nothing: exit 2,
+    # nothing on stdout, and a message that names the key
+    for costs, unit in (('create=1,map=0,unmap=0,access=0', 'creates'), ('map=0,create=0,unmap=0,access=0,sync=2', 'syncs')):
+        p = subprocess.run([gpupool, 'replay', '--json', '--repeat', '3', '--conf', 'backend:sim-vmm',
+                            '--call-costs', costs, churn], capture_output=True, text=True)
+        r = json.loads(p.stdout)['traces'][0] if p.returncode == 0 else None
+        weight = 2 if unit == 'syncs' else 1
+        if r is None or any(abs(r[w]['model_us'] - weight * r[w][unit]) > 0.05 for w in ('warmup', 'last_pass_calls')):
+            failures.append(f'--call-costs {costs}: {p.returncode} {p.stderr.strip()} '
+                            f'{r and (r["warmup"], r["last_pass_calls"])}')
+        elif r['call_costs_us'] != {'create': 1 if unit == 'creates' else 0, 'map': 0, 'unmap': 0, 'access': 0,
+                                    'sync': 2 if unit == 'syncs' else 0}:
+            failures.append(f'--call-costs {costs}: call_costs_us {r["call_costs_us"]}')
+    r = replay(gpupool, churn, 'sim-vmm', 1, failures)
+    if r and r['call_costs_us'] != {'create': 193, 'map': 1.5, 'unmap': 26, 'access': 36, 'sync': 0}:
+        failures.append(f'without --call-costs: call_costs_us {r["call_costs_us"]} (the published A100 figures)')
+    for bad, says in (('create=-1', "create: '-1' is not a cost"), ('copy=3', "'copy': not one of create"),
+                      ('map=1x', "map: '1x' is not a cost"), ('', 'no costs given')):
+        p = subprocess.run([gpupool, 'replay', '--json', '--call-costs', bad, churn], capture_output=True, text=True)
+        if p.returncode != 2 or p.stdout or says not in p.stderr:
+            failures.append(f'--call-costs {bad!r}: exit {p.returncode}, stdout {p.stdout[:80]!r}, stderr {p.stderr.strip()!r}')
 
     # bench_traces --settle: one pass of `steady` calls in its last, and five passes show it stops from the
     # second; `churn` still calls in the fifth; no PyTorch model (--model names no file)

@@ -61,6 +61,8 @@ static void every_question_is_answered_as_the_emulation_rules(void)
     for (size_t i = 0; i < sizeof times / sizeof times[0]; i++)
         CHECK(strstr(output, times[i]) != NULL, "no line '%s':\n%s", times[i], output);
     CHECK(strstr(output, "FAILED") == NULL, "a call that must work failed:\n%s", output);
+    CHECK(strstr(output, "the replay's device-time model at these costs: gpupool replay --call-costs create=") != NULL,
+          "no --call-costs line:\n%s", output);
     /* the offset map and the partial unmap are the only rules it breaks, both on purpose */
     CHECK(gpemu_violations() == gpemu_rule_count(GPEMU_RULE_MAP_OFFSET) + gpemu_rule_count(GPEMU_RULE_UNMAP_WHOLE),
           "other rules fired: %s", gpemu_first_violation());
