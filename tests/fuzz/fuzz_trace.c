@@ -13,6 +13,8 @@
  *     pool answers GP_ERR_UNKNOWN_STREAM), and then it is counted, not forgotten (issue 9, finding 8):
  *     a trace whose frees are all on their allocation's stream has no failed free. The sanitizer
  *     builds catch what goes wrong inside (leaks, overflows, NULL + 0 on a header-only trace).
+ * Also the input's first line as `replay --call-costs`'s value (gp_call_costs_parse): refused with a
+ * message and nothing changed, or every cost accepted is a number from 0 to 1e9.
  * FUZZ_TRACE_VERBOSE=1 in the environment prints what the reader said of each input.
  */
 #include <stdbool.h>
@@ -84,11 +86,34 @@ static bool frees_on_other_streams(const gp_trace *t)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* The input's first line as replay's --call-costs value: either refused with a message and the costs
+ * as they were, or accepted with every cost a number from 0 to 1e9 (microseconds). */
+static void check_call_costs(const uint8_t *data, size_t size)
+{
+    char text[256], err[256];
+    size_t n = 0;
+    while (n < size && n < sizeof text - 1 && data[n] != '\n')
+        n++;
+    memcpy(text, data, n);
+    text[n] = '\0';
+    gp_call_costs before = gp_call_costs_published(), c = before;
+    err[0] = '\0';
+    if (gp_call_costs_parse(text, &c, err, sizeof err) != 0) {
+        CHECK(err[0] != '\0', "gp_call_costs_parse failed without a message");
+        CHECK(memcmp(&c, &before, sizeof c) == 0, "a refused --call-costs changed the costs");
+        return;
+    }
+    const double v[] = {c.create_us, c.map_us, c.unmap_us, c.set_access_us, c.sync_us};
+    for (int i = 0; i < 5; i++)
+        CHECK(v[i] >= 0 && v[i] <= 1e9, "an accepted --call-costs has a cost outside 0..1e9");
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     gp_trace trace;
     char err[512];
     err[0] = '\0';
+    check_call_costs(data, size);
     int rc = gp_trace_parse(&trace, "fuzz.csv", (const char *)data, size, err, sizeof err);
     if (getenv("FUZZ_TRACE_VERBOSE") != NULL)
         fprintf(stderr, "  %s\n", rc != 0 ? err : "parsed");
