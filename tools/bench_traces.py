@@ -45,7 +45,7 @@ target the pass from which it made none (replay's quiet_from_pass), or the calls
 pass N.
 
 Usage: tools/bench_traces.py [--gpupool build/gpupool] [--repeat 3] [--conf CONF] [--device-memory SIZE]
-                             [--settle N] [--jobs N] [--no-shared] [--json] [--composition]
+                             [--call-costs COSTS] [--settle N] [--jobs N] [--no-shared] [--json] [--composition]
                              [--cache DIR|--no-cache]
                              [FOLDER|TRACE ...]
 """
@@ -167,10 +167,11 @@ def pytorch_model(path, script, expandable, cache_dir, passes, tmpdir):
     return res
 
 
-def replay(gpupool, path, backend, repeat, conf, device_memory=None):
+def replay(gpupool, path, backend, repeat, conf, device_memory=None, call_costs=None):
     c = f"backend:{backend}" + (f",{conf}" if conf else '')
     dm = ['--device-memory', device_memory] if device_memory else []
-    return run_json([gpupool, 'replay', '--json', '--repeat', str(repeat), '--conf', c] + dm + [path])['traces'][0]
+    cc = ['--call-costs', call_costs] if call_costs else []
+    return run_json([gpupool, 'replay', '--json', '--repeat', str(repeat), '--conf', c] + dm + cc + [path])['traces'][0]
 
 
 def peak_parts(res):
@@ -204,8 +205,8 @@ def peak_text(parts):
 
 def measure(path, args, tmpdir):
     plain = plain_csv(path, tmpdir)
-    cuda = replay(args.gpupool, plain, 'sim', args.repeat, args.conf, args.device_memory)
-    vmm = replay(args.gpupool, plain, 'sim-vmm', args.repeat, args.conf, args.device_memory)
+    cuda = replay(args.gpupool, plain, 'sim', args.repeat, args.conf, args.device_memory, args.call_costs)
+    vmm = replay(args.gpupool, plain, 'sim-vmm', args.repeat, args.conf, args.device_memory, args.call_costs)
     pt = ptx = None
     if os.path.exists(args.model):
         pt = pytorch_model(path, args.model, False, args.cache, args.repeat, tmpdir)
@@ -215,7 +216,7 @@ def measure(path, args, tmpdir):
     settle = {}
     for name, backend, res in (('cuda', 'sim', cuda), ('vmm', 'sim-vmm', vmm)):
         if args.settle and args.settle > args.repeat and not res.get('quiet_from_pass') and not over_device:
-            more = replay(args.gpupool, plain, backend, args.settle, args.conf, args.device_memory)
+            more = replay(args.gpupool, plain, backend, args.settle, args.conf, args.device_memory, args.call_costs)
             settle[name] = {'passes': args.settle, 'quiet_from_pass': more.get('quiet_from_pass', 0),
                             'reserved_over_live': more['reserved_over_live'],
                             'last_pass_device_calls': more['device_calls_last_repeat'],
@@ -365,7 +366,8 @@ def print_table(rows, args):
     print()
     print(f"ratios: peak reserved / peak live over {args.repeat} passes (floor: peak live in 512 B granules, in whole 2 MiB "
           "pages). last: device calls in the last pass (cuda, sim-vmm) and sim-vmm map+unmap calls. warm-up: "
-          "sim-vmm's first pass, modelled (call counts x published A100 costs per call, cli/replay.c).")
+          "sim-vmm's first pass, modelled (call counts x " + (f"the costs {args.call_costs}" if args.call_costs else
+                                                               "published A100 costs") + " per call, cli/replay.c).")
     if 'last_pass' in s:
         lp = s['last_pass']
         print(f"sim-vmm's last pass, modelled the same way, where it still maps ({lp['workloads']} workloads): "
@@ -413,6 +415,9 @@ def main(argv):
     ap.add_argument('--conf', default='', help='more pool configuration for both backends')
     ap.add_argument('--device-memory', default=None,
                     help="capacity of the simulated GPU, as replay's --device-memory (default: replay's, 80GiB)")
+    ap.add_argument('--call-costs', default=None, metavar='COSTS',
+                    help="per-call costs of the warm-up and last-pass models, as replay's --call-costs "
+                         "(create=US,map=US,unmap=US,access=US,sync=US; bench/gpu/vmm_probe prints measured ones)")
     ap.add_argument('--settle', type=int, default=0, metavar='N',
                     help='where a backend still made calls in the last pass, replay N passes to tell whether '
                          'and when they stop (a pool that settles later, or one that keeps calling)')

@@ -115,6 +115,12 @@ def main(argv):
             if quiet == 0 and not (settle.get('cuda', {}).get('last_pass_device_calls') and
                                    settle.get('vmm', {}).get('last_pass_map_calls')):
                 failures.append(f'churn in pass 5 made no calls: {settle}')
+    # bench_traces --call-costs reaches replay: creates alone at 2 us each
+    p = subprocess.run(bench[:bench.index('--settle')] + ['--call-costs', 'create=2,map=0,unmap=0,access=0', '--json',
+                                                          steady], capture_output=True, text=True)
+    w = json.loads(p.stdout)['rows'][0]['vmm_warmup'] if p.returncode == 0 else None
+    if w is None or w['creates'] == 0 or abs(w['model_us'] - 2 * w['creates']) > 0.05:
+        failures.append(f'bench_traces --call-costs: {p.returncode} {p.stderr.strip()[-200:]} {w}')
     failures += missing_from_output(bench, ('steady.csv: cuda 1, vmm ', 'over 5 passes: cuda makes none from pass 2, '
                                             'vmm makes none from pass 2', 'over 5 passes: cuda still calls in pass 5 ('),
                                     'bench_traces --settle table')
