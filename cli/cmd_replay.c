@@ -139,7 +139,7 @@ static void print_calls(const char *label, const char *which, const gp_replay_ca
     if (c->creates + c->maps + c->unmaps == 0)
         return;
     gp_call_costs published = gp_call_costs_published();
-    bool given = memcmp(costs, &published, sizeof published) != 0;
+    bool given = !gp_call_costs_equal(costs, &published);
     printf("  %-21s %.1f ms: %s pass %llu creates, %llu maps, %llu set-access, %llu unmaps (%llu syncs) at %s "
            "costs per call\n",
            label, c->model_us / 1000.0, which, (unsigned long long)c->creates, (unsigned long long)c->maps,

@@ -221,6 +221,12 @@ gp_call_costs gp_call_costs_published(void)
     return c;
 }
 
+bool gp_call_costs_equal(const gp_call_costs *a, const gp_call_costs *b)
+{
+    return a->create_us == b->create_us && a->map_us == b->map_us && a->unmap_us == b->unmap_us &&
+           a->set_access_us == b->set_access_us && a->sync_us == b->sync_us;
+}
+
 int gp_call_costs_parse(const char *text, gp_call_costs *costs, char *err, size_t errlen)
 {
     static const char *const keys[] = {"create", "map", "unmap", "access", "sync"};

@@ -38,6 +38,8 @@ typedef struct gp_call_costs {
 } gp_call_costs;
 
 gp_call_costs gp_call_costs_published(void);
+/* Whether a and b give every kind of call the same cost. */
+bool gp_call_costs_equal(const gp_call_costs *a, const gp_call_costs *b);
 /* Parses "create=US,map=US,unmap=US,access=US,sync=US" (any of them, in any order; the others keep
  * their value in *costs) into *costs. 0, or -1 with what and why in err and *costs unchanged. */
 int gp_call_costs_parse(const char *text, gp_call_costs *costs, char *err, size_t errlen);
