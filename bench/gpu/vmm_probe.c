@@ -96,16 +96,28 @@ static int probe_cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static double probe_median(double *v, unsigned n)
+/* One call's timings, in microseconds. */
+typedef struct {
+    double us[PROBE_MAX_REPS];
+    unsigned n;
+} probe_series;
+
+static void series_add(probe_series *s, double us)
 {
-    qsort(v, n, sizeof *v, probe_cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    if (s->n < PROBE_MAX_REPS)
+        s->us[s->n++] = us;
 }
 
-static void probe_time_line(probe *p, const char *call, const char *what, double *v, unsigned n)
+static double series_median(probe_series *s)
 {
-    if (n > 0)
-        fprintf(p->out, "vmm_probe: time %s %s: %.1f us (%u calls)\n", call, what, probe_median(v, n), n);
+    qsort(s->us, s->n, sizeof s->us[0], probe_cmp_double);
+    return s->n % 2 ? s->us[s->n / 2] : (s->us[s->n / 2 - 1] + s->us[s->n / 2]) / 2;
+}
+
+static void probe_time_line(probe *p, const char *call, const char *what, probe_series *s)
+{
+    if (s->n > 0)
+        fprintf(p->out, "vmm_probe: time %s %s: %.1f us (%u calls)\n", call, what, series_median(s), s->n);
 }
 
 static CUmemAllocationProp probe_prop(int device)
@@ -212,116 +224,135 @@ static void probe_unmap_spans(probe *p)
         probe_must(p, probe_drv.address_free(va, 4 * g), "cuMemAddressFree");
 }
 
-/* The median time of each call the warm-up model prices, on pages mapped one per handle as the pool
- * maps them, and of a create, access and release of a PROBE_CHUNK_PAGES-page chunk for comparison. */
-static void probe_times(probe *p)
+/* What probe_times measures: creates and releases of 1, 8 and PROBE_CHUNK_PAGES pages; the calls of a
+ * run of one-page mappings, as the pool maps its pages; and one PROBE_CHUNK_PAGES-page chunk mapped,
+ * given access and unmapped whole (what a pool whose unit of moving is the chunk, with no offsets,
+ * would pay per growth, against PROBE_CHUNK_PAGES calls of each). */
+static const size_t probe_create_pages[3] = {1, 8, PROBE_CHUNK_PAGES};
+
+typedef struct {
+    probe_series create[3], release[3];
+    probe_series map, access, access_run, unmap, sync;
+    probe_series chunk_map, chunk_access, chunk_unmap;
+} probe_timings;
+
+static void time_creates(probe *p, probe_timings *t)
 {
-    size_t g = p->page, n = p->reps;
-    size_t sizes[3] = {1, 8, PROBE_CHUNK_PAGES};
-    double t_create[3][PROBE_MAX_REPS], t_release[3][PROBE_MAX_REPS];
-    double t_map[PROBE_MAX_REPS], t_access[PROBE_MAX_REPS], t_access_run[PROBE_MAX_REPS];
-    double t_unmap[PROBE_MAX_REPS], t_sync[PROBE_MAX_REPS];
-    unsigned made[3] = {0, 0, 0}, maps = 0, accesses = 0, runs = 0, unmaps = 0, syncs = 0;
     for (int s = 0; s < 3 && !p->failed; s++)
-        for (unsigned i = 0; i < n && !p->failed; i++) {
+        for (unsigned i = 0; i < p->reps && !p->failed; i++) {
             CUmemGenericAllocationHandle h = 0;
             double t0 = probe_now_us();
-            if (!probe_must(p, probe_create(p, sizes[s], &h), "cuMemCreate (timed)"))
+            if (!probe_must(p, probe_create(p, probe_create_pages[s], &h), "cuMemCreate (timed)"))
                 break;
             double t1 = probe_now_us();
             probe_must(p, probe_drv.release(h), "cuMemRelease (timed)");
-            t_create[s][made[s]] = t1 - t0;
-            t_release[s][made[s]++] = probe_now_us() - t1;
+            series_add(&t->create[s], t1 - t0);
+            series_add(&t->release[s], probe_now_us() - t1);
         }
-    /* n one-page handles mapped side by side in one reservation, as a grown run of the pool's pages */
+}
+
+/* reps one-page handles mapped side by side in one reservation, as a grown run of the pool's pages */
+static void time_run(probe *p, probe_timings *t)
+{
+    size_t g = p->page, n = p->reps;
     CUmemGenericAllocationHandle hs[PROBE_MAX_REPS];
-    unsigned have = 0;
+    unsigned have = 0, mapped = 0;
     CUdeviceptr va = 0;
-    if (!p->failed && probe_must(p, probe_drv.reserve(&va, n * g, 0, 0, 0), "cuMemAddressReserve (timed)")) {
-        for (; have < n && probe_must(p, probe_create(p, 1, &hs[have]), "cuMemCreate (timed run)"); have++) {
-        }
-        unsigned mapped = 0;
-        for (; mapped < have; mapped++) {
-            double t0 = probe_now_us();
-            if (!probe_must(p, probe_drv.map(va + mapped * g, g, 0, hs[mapped], 0), "cuMemMap (timed)"))
-                break;
-            t_map[maps++] = probe_now_us() - t0;
-        }
-        for (unsigned i = 0; i < mapped; i++) {
-            double t0 = probe_now_us();
-            if (!probe_must(p, probe_access(p, va + i * g, g), "cuMemSetAccess (timed)"))
-                break;
-            t_access[accesses++] = probe_now_us() - t0;
-        }
-        for (unsigned i = 0; i < 5 && mapped == n; i++) {
-            double t0 = probe_now_us();
-            if (!probe_must(p, probe_access(p, va, n * g), "cuMemSetAccess (timed run)"))
-                break;
-            t_access_run[runs++] = probe_now_us() - t0;
-        }
-        for (unsigned i = 0; i < 5; i++) {
-            double t0 = probe_now_us();
-            if (!probe_must(p, cudaDeviceSynchronize() == cudaSuccess ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN,
-                            "cudaDeviceSynchronize"))
-                break;
-            t_sync[syncs++] = probe_now_us() - t0;
-        }
-        for (unsigned i = 0; i < mapped; i++) {
-            double t0 = probe_now_us();
-            if (probe_must(p, probe_drv.unmap(va + i * g, g), "cuMemUnmap (timed)"))
-                t_unmap[unmaps++] = probe_now_us() - t0;
-        }
-        for (unsigned i = 0; i < have; i++)
-            probe_must(p, probe_drv.release(hs[i]), "cuMemRelease (timed run)");
-        probe_must(p, probe_drv.address_free(va, n * g), "cuMemAddressFree (timed)");
+    if (p->failed || !probe_must(p, probe_drv.reserve(&va, n * g, 0, 0, 0), "cuMemAddressReserve (timed)"))
+        return;
+    for (; have < n && probe_must(p, probe_create(p, 1, &hs[have]), "cuMemCreate (timed run)"); have++) {
     }
-    /* a chunk mapped, given access and unmapped whole: what a pool whose unit of moving is the chunk
-     * (no offsets) would pay per growth, against PROBE_CHUNK_PAGES calls of each above */
-    double t_cmap[PROBE_MAX_REPS], t_caccess[PROBE_MAX_REPS], t_cunmap[PROBE_MAX_REPS];
-    unsigned chunks = 0;
+    for (; mapped < have; mapped++) {
+        double t0 = probe_now_us();
+        if (!probe_must(p, probe_drv.map(va + mapped * g, g, 0, hs[mapped], 0), "cuMemMap (timed)"))
+            break;
+        series_add(&t->map, probe_now_us() - t0);
+    }
+    for (unsigned i = 0; i < mapped; i++) {
+        double t0 = probe_now_us();
+        if (!probe_must(p, probe_access(p, va + i * g, g), "cuMemSetAccess (timed)"))
+            break;
+        series_add(&t->access, probe_now_us() - t0);
+    }
+    for (unsigned i = 0; i < 5 && mapped == n; i++) {
+        double t0 = probe_now_us();
+        if (!probe_must(p, probe_access(p, va, n * g), "cuMemSetAccess (timed run)"))
+            break;
+        series_add(&t->access_run, probe_now_us() - t0);
+    }
+    for (unsigned i = 0; i < 5; i++) {
+        double t0 = probe_now_us();
+        if (!probe_must(p, cudaDeviceSynchronize() == cudaSuccess ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN,
+                        "cudaDeviceSynchronize"))
+            break;
+        series_add(&t->sync, probe_now_us() - t0);
+    }
+    for (unsigned i = 0; i < mapped; i++) {
+        double t0 = probe_now_us();
+        if (probe_must(p, probe_drv.unmap(va + i * g, g), "cuMemUnmap (timed)"))
+            series_add(&t->unmap, probe_now_us() - t0);
+    }
+    for (unsigned i = 0; i < have; i++)
+        probe_must(p, probe_drv.release(hs[i]), "cuMemRelease (timed run)");
+    probe_must(p, probe_drv.address_free(va, n * g), "cuMemAddressFree (timed)");
+}
+
+static void time_chunk(probe *p, probe_timings *t)
+{
+    size_t bytes = PROBE_CHUNK_PAGES * p->page;
     for (unsigned i = 0; i < 5 && !p->failed; i++) {
         CUmemGenericAllocationHandle h = 0;
-        CUdeviceptr cva = 0;
-        if (!probe_must(p, probe_drv.reserve(&cva, PROBE_CHUNK_PAGES * g, 0, 0, 0), "cuMemAddressReserve (chunk)"))
+        CUdeviceptr va = 0;
+        if (!probe_must(p, probe_drv.reserve(&va, bytes, 0, 0, 0), "cuMemAddressReserve (chunk)"))
             break;
         if (probe_must(p, probe_create(p, PROBE_CHUNK_PAGES, &h), "cuMemCreate (chunk)")) {
             double t0 = probe_now_us();
-            if (probe_must(p, probe_drv.map(cva, PROBE_CHUNK_PAGES * g, 0, h, 0), "cuMemMap (chunk)")) {
+            if (probe_must(p, probe_drv.map(va, bytes, 0, h, 0), "cuMemMap (chunk)")) {
                 double t1 = probe_now_us();
-                int ok = probe_must(p, probe_access(p, cva, PROBE_CHUNK_PAGES * g), "cuMemSetAccess (chunk)");
+                int ok = probe_must(p, probe_access(p, va, bytes), "cuMemSetAccess (chunk)");
                 double t2 = probe_now_us();
-                if (probe_must(p, probe_drv.unmap(cva, PROBE_CHUNK_PAGES * g), "cuMemUnmap (chunk)") && ok) {
-                    t_cmap[chunks] = t1 - t0;
-                    t_caccess[chunks] = t2 - t1;
-                    t_cunmap[chunks++] = probe_now_us() - t2;
+                if (probe_must(p, probe_drv.unmap(va, bytes), "cuMemUnmap (chunk)") && ok) {
+                    series_add(&t->chunk_map, t1 - t0);
+                    series_add(&t->chunk_access, t2 - t1);
+                    series_add(&t->chunk_unmap, probe_now_us() - t2);
                 }
             }
             probe_must(p, probe_drv.release(h), "cuMemRelease (chunk)");
         }
-        probe_must(p, probe_drv.address_free(cva, PROBE_CHUNK_PAGES * g), "cuMemAddressFree (chunk)");
+        probe_must(p, probe_drv.address_free(va, bytes), "cuMemAddressFree (chunk)");
     }
+}
+
+/* The median time of each call the warm-up model prices, and the replay option that uses them. */
+static void probe_times(probe *p)
+{
+    probe_timings t;
+    memset(&t, 0, sizeof t);
+    time_creates(p, &t);
+    time_run(p, &t);
+    time_chunk(p, &t);
     char what[64];
     for (int s = 0; s < 3; s++) {
-        snprintf(what, sizeof what, "of %zu page%s", sizes[s], sizes[s] > 1 ? "s" : "");
-        probe_time_line(p, "cuMemCreate", what, t_create[s], made[s]);
-        probe_time_line(p, "cuMemRelease", what, t_release[s], made[s]);
+        snprintf(what, sizeof what, "of %zu page%s", probe_create_pages[s], probe_create_pages[s] > 1 ? "s" : "");
+        probe_time_line(p, "cuMemCreate", what, &t.create[s]);
+        probe_time_line(p, "cuMemRelease", what, &t.release[s]);
     }
-    probe_time_line(p, "cuMemMap", "of 1 page", t_map, maps);
-    probe_time_line(p, "cuMemSetAccess", "of 1 page", t_access, accesses);
-    snprintf(what, sizeof what, "of a run of %zu one-page mappings", n);
-    probe_time_line(p, "cuMemSetAccess", what, t_access_run, runs);
-    probe_time_line(p, "cuMemUnmap", "of 1 page", t_unmap, unmaps);
-    probe_time_line(p, "cudaDeviceSynchronize", "of an idle device", t_sync, syncs);
-    if (made[0] > 0 && maps > 0 && unmaps > 0 && accesses > 0 && syncs > 0) /* the model's costs, measured */
+    probe_time_line(p, "cuMemMap", "of 1 page", &t.map);
+    probe_time_line(p, "cuMemSetAccess", "of 1 page", &t.access);
+    snprintf(what, sizeof what, "of a run of %u one-page mappings", p->reps);
+    probe_time_line(p, "cuMemSetAccess", what, &t.access_run);
+    probe_time_line(p, "cuMemUnmap", "of 1 page", &t.unmap);
+    probe_time_line(p, "cudaDeviceSynchronize", "of an idle device", &t.sync);
+    if (t.create[0].n > 0 && t.map.n > 0 && t.unmap.n > 0 && t.access.n > 0 && t.sync.n > 0)
         fprintf(p->out,
                 "vmm_probe: the replay's device-time model at these costs: gpupool replay --call-costs "
                 "create=%.1f,map=%.1f,unmap=%.1f,access=%.1f,sync=%.1f\n",
-                probe_median(t_create[0], made[0]), probe_median(t_map, maps), probe_median(t_unmap, unmaps),
-                probe_median(t_access, accesses), probe_median(t_sync, syncs));
+                series_median(&t.create[0]), series_median(&t.map), series_median(&t.unmap),
+                series_median(&t.access), series_median(&t.sync));
     snprintf(what, sizeof what, "of one %d-page mapping", PROBE_CHUNK_PAGES);
-    probe_time_line(p, "cuMemMap", what, t_cmap, chunks);
-    probe_time_line(p, "cuMemSetAccess", what, t_caccess, chunks);
-    probe_time_line(p, "cuMemUnmap", what, t_cunmap, chunks);
+    probe_time_line(p, "cuMemMap", what, &t.chunk_map);
+    probe_time_line(p, "cuMemSetAccess", what, &t.chunk_access);
+    probe_time_line(p, "cuMemUnmap", what, &t.chunk_unmap);
 }
 
 static int probe_resolve(FILE *out)

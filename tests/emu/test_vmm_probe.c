@@ -72,8 +72,6 @@ static void every_question_is_answered_as_the_emulation_rules(void)
           (unsigned long long)gpemu_rule_count(GPEMU_RULE_FREE_POINTER));
 }
 
-/* A create, map or unmap that fails anywhere in the run: the probe says which call, exits 1, and
- * still undoes everything it made (the sweep fails each such call in turn until a run passes them all). */
 /* Each create, map, unmap and reservation of a run failing in turn: where the probe needed it, it says
  * which call failed and exits 1; where it was a question's own call, the answer says refused; either
  * way it undoes everything it made, except what the failed call itself left (an unmap that failed keeps
