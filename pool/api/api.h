@@ -112,7 +112,9 @@ static inline int gp_pool_enter(gp_pool *pool, const char *fn, gp_pool_state **o
         *out = NULL;
         int rc = gp_pool_enter_refused(pool, fn);
         assert(rc != GP_OK); /* a refusal is an error code: callers test rc, never *out */
-        return rc;
+        /* Without assert (NDEBUG) the compiler must still see that GP_OK comes with a state: else it
+         * reads the callers' p->... on this path as a write through NULL (GCC 12's stringop-overflow). */
+        return rc != GP_OK ? rc : GP_ERR_INVALID;
     }
     *out = pool->state;
     return GP_OK;
