@@ -1,0 +1,106 @@
+/*
+ * biased_lock.c — the biased lock's rare paths (biased_lock.h): the heavy barrier, decided once per
+ * process; the owner's review of its bias; a take by another thread.
+ */
+#define _DEFAULT_SOURCE /* syscall */
+#include "base/biased_lock.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#if defined(__linux__)
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#endif
+
+static pthread_once_t heavy_once = PTHREAD_ONCE_INIT;
+static atomic_bool heavy_ok;      /* membarrier PRIVATE_EXPEDITED registered for this process */
+static atomic_bool bias_disabled; /* gp_biased_lock_disable_bias */
+static bool heavy_global;         /* MEMBARRIER_CMD_GLOBAL too (written once, before heavy_ok) */
+
+static void heavy_probe(void)
+{
+#if defined(__linux__) && defined(SYS_membarrier)
+    long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+    if (cmds < 0 || (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0)
+        return;
+    heavy_global = (cmds & MEMBARRIER_CMD_GLOBAL) != 0;
+    /* Registration is process-wide and lasts; PRIVATE_EXPEDITED is refused without it. */
+    if (syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) != 0)
+        return;
+    atomic_store(&heavy_ok, true);
+#endif
+}
+
+bool gp_biased_lock_heavy_available(void)
+{
+    pthread_once(&heavy_once, heavy_probe);
+    return atomic_load(&heavy_ok);
+}
+
+void gp_biased_lock_disable_bias(void)
+{
+    atomic_store(&bias_disabled, true);
+}
+
+/*
+ * Returns once every running thread of the process has executed a full memory barrier. Registered,
+ * the expedited call fails only when the kernel cannot allocate its CPU mask (ENOMEM), which passes:
+ * then the global one (an RCU grace period, milliseconds, no allocation), else it tries again. It
+ * cannot give up: without the barrier the owner's fast path could be inside unseen.
+ */
+static void heavy_barrier(void)
+{
+#if defined(__linux__) && defined(SYS_membarrier)
+    while (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0) {
+        if (heavy_global && syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) == 0)
+            return;
+        sched_yield();
+    }
+#else
+    assert(!"heavy_barrier without membarrier: no lock is biased there");
+#endif
+}
+
+void gp_biased_lock_init(gp_biased_lock *l)
+{
+    atomic_init(&l->busy, 0);
+    atomic_init(&l->revoke, 0);
+    atomic_init(&l->guard, 0);
+    atomic_init(&l->biased, gp_biased_lock_heavy_available() && !atomic_load(&bias_disabled));
+    atomic_init(&l->other_takes, 0);
+    atomic_init(&l->heavy_takes, 0);
+    l->owner_takes = 0;
+    l->others_seen = 0;
+}
+
+void gp_biased_lock_review(gp_biased_lock *l)
+{
+    unsigned others = atomic_load_explicit(&l->other_takes, memory_order_relaxed);
+    bool want = others - l->others_seen <= GP_BL_WINDOW / GP_BL_COST_RATIO && gp_biased_lock_heavy_available() &&
+                !atomic_load_explicit(&bias_disabled, memory_order_relaxed);
+    l->others_seen = others;
+    l->owner_takes = 0;
+    if (want == atomic_load_explicit(&l->biased, memory_order_relaxed))
+        return;
+    /* Holding the guard: no other thread is inside (in biased mode it would hold the guard too), and
+     * the next one reads the new value under the guard. The owner is not inside: this runs at the
+     * start of its take. */
+    gp_bl_spin_take(&l->guard);
+    atomic_store_explicit(&l->biased, want, memory_order_relaxed);
+    gp_bl_spin_drop(&l->guard);
+}
+
+void gp_biased_lock_take_other(gp_biased_lock *l)
+{
+    gp_bl_spin_take(&l->guard);
+    atomic_fetch_add_explicit(&l->other_takes, 1, memory_order_relaxed);
+    if (!atomic_load_explicit(&l->biased, memory_order_relaxed))
+        return; /* the owner takes the guard too */
+    atomic_fetch_add_explicit(&l->heavy_takes, 1, memory_order_relaxed);
+    atomic_store_explicit(&l->revoke, 1, memory_order_relaxed);
+    heavy_barrier();
+    while (atomic_load_explicit(&l->busy, memory_order_acquire) != 0)
+        sched_yield();
+}

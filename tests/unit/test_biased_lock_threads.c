@@ -1,0 +1,158 @@
+/*
+ * test_biased_lock_threads.c — the biased lock (pool/base/biased_lock.h), as a plain program so that
+ * ThreadSanitizer runs it too.
+ *
+ * One owner thread and two other threads update the same plain (non-atomic) data under the lock: two
+ * counters that a holder moves apart and back together, so a second holder inside at the same time
+ * sees them apart (and TSan sees the unordered accesses), and a total that loses updates. Three
+ * phases: others rare (the owner keeps its bias and the others pay the heavy barrier), others on
+ * every turn (the bias is given up, the lock is a spin lock), others rare again (the bias comes back),
+ * then with the bias disabled for the process (the fallback where membarrier is missing). Where this
+ * kernel has no membarrier the bias checks are skipped, with a message; the exclusion checks run.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <sched.h>
+
+#include "base/biased_lock.h"
+
+#include "../stress/expect.h"
+
+static gp_biased_lock lock;
+static long total;         /* every holder adds 1 */
+static long left, right;   /* equal whenever nobody is inside */
+static atomic_bool stop;
+static atomic_long apart;  /* holders that found left != right */
+
+/* The others stay inside long (microseconds) and the owner briefly, so that an owner that came in
+ * while another is inside would almost surely be seen: it takes the lock thousands of times a
+ * millisecond. */
+#define OWNER_SPIN 20
+#define OTHER_SPIN 20000
+
+static void critical_section(int spin)
+{
+    if (left != right)
+        atomic_fetch_add(&apart, 1);
+    left++;
+    for (volatile int i = 0; i < spin; i++) {
+    }
+    total++;
+    if (left != right + 1)
+        atomic_fetch_add(&apart, 1);
+    right++;
+}
+
+typedef struct {
+    bool rare; /* take only with a ticket from the owner; else all the time */
+    long takes;
+} other_args;
+
+/* Rare takes: the owner hands out one ticket per RARE_EVERY of its takes, and only when the last one
+ * was used, so the others come at most about twice per GP_BL_WINDOW owner takes however the threads
+ * are scheduled. */
+#define RARE_EVERY (4 * GP_BL_WINDOW)
+static atomic_int tickets;
+
+static void *other_thread(void *arg)
+{
+    other_args *a = arg;
+    while (!atomic_load(&stop)) {
+        if (a->rare) {
+            int have = atomic_load(&tickets);
+            if (have == 0 || !atomic_compare_exchange_weak(&tickets, &have, have - 1)) {
+                sched_yield();
+                continue;
+            }
+        }
+        gp_biased_lock_take_other(&lock);
+        critical_section(OTHER_SPIN);
+        gp_biased_lock_drop(&lock, GP_BL_OTHER);
+        a->takes++;
+        sched_yield();
+    }
+    return NULL;
+}
+
+typedef struct {
+    bool biased_at_end;
+    long unbiased_takes; /* owner takes that found the lock a plain spin lock */
+    unsigned heavy;      /* other takes that paid the heavy barrier */
+} phase_result;
+
+/* The owner takes the lock `takes` times while two other threads take it (rarely, or all the time);
+ * checks that no update was lost and that no holder found another inside. */
+static phase_result phase(const char *name, long takes, bool rare)
+{
+    phase_result r = {false, 0, 0};
+    long before = total;
+    unsigned heavy_before = atomic_load(&lock.heavy_takes);
+    atomic_store(&stop, false);
+    atomic_store(&tickets, 0);
+    other_args args[2] = {{rare, 0}, {rare, 0}};
+    pthread_t others[2];
+    for (int i = 0; i < 2; i++)
+        EXPECT(pthread_create(&others[i], NULL, other_thread, &args[i]) == 0, "%s: pthread_create", name);
+    long fast = 0;
+    for (long i = 0; i < takes; i++) {
+        gp_bl_hold how = gp_biased_lock_take_owner(&lock);
+        fast += how == GP_BL_FAST;
+        r.unbiased_takes += !atomic_load_explicit(&lock.biased, memory_order_relaxed);
+        critical_section(OWNER_SPIN);
+        gp_biased_lock_drop(&lock, how);
+        if (rare && i % RARE_EVERY == 0 && atomic_load(&tickets) == 0)
+            atomic_store(&tickets, 1);
+        if (i % 64 == 0)
+            sched_yield(); /* let the others in on a single CPU too */
+    }
+    atomic_store(&stop, true);
+    for (int i = 0; i < 2; i++)
+        pthread_join(others[i], NULL);
+    long expected = takes + args[0].takes + args[1].takes;
+    EXPECT(total - before == expected, "%s: %ld updates made under the lock, %ld counted: two holders at once",
+           name, expected, total - before);
+    EXPECT(left == right, "%s: the two counters differ at rest (%ld, %ld)", name, left, right);
+    EXPECT(atomic_load(&apart) == 0, "%s: %ld holders found another inside", name, atomic_load(&apart));
+    r.heavy = atomic_load(&lock.heavy_takes) - heavy_before;
+    r.biased_at_end = atomic_load(&lock.biased);
+    printf("%s: owner %ld takes (%ld on the fast path, %ld unbiased), others %ld (%u through the heavy barrier)\n",
+           name, takes, fast, r.unbiased_takes, args[0].takes + args[1].takes, r.heavy);
+    return r;
+}
+
+int main(void)
+{
+    gp_biased_lock_init(&lock);
+    bool heavy = gp_biased_lock_heavy_available();
+    EXPECT(atomic_load(&lock.biased) == heavy, "a new lock is biased exactly when membarrier is available");
+    if (!heavy)
+        printf("membarrier(PRIVATE_EXPEDITED) is not available here: the bias checks are skipped\n");
+
+    phase_result r = phase("others rare", 200000, true);
+    if (heavy) {
+        EXPECT(r.biased_at_end && r.unbiased_takes == 0, "others rare: the owner keeps its bias (%ld unbiased takes)",
+               r.unbiased_takes);
+        EXPECT(r.heavy > 0, "others rare: the other threads came in through the heavy barrier");
+    }
+    /* Others on every turn: the bias costs more than it saves and is given up. */
+    r = phase("others busy", 200000, false);
+    if (heavy)
+        EXPECT(r.unbiased_takes > 0, "others busy: the bias is given up");
+    /* Alone: the bias comes back at the owner's first quiet window. */
+    for (long i = 0; i < 2 * (long)GP_BL_WINDOW; i++) {
+        gp_bl_hold how = gp_biased_lock_take_owner(&lock);
+        critical_section(OWNER_SPIN);
+        gp_biased_lock_drop(&lock, how);
+    }
+    if (heavy)
+        EXPECT(atomic_load(&lock.biased), "alone again, the owner takes its bias back");
+    /* Disabled for the process: a spin lock from the owner's next review on. */
+    gp_biased_lock_disable_bias();
+    r = phase("bias disabled", 100000, false);
+    EXPECT(!r.biased_at_end, "bias disabled: the lock is not biased after the owner's next review");
+    if (failures == 0)
+        printf("test_biased_lock_threads: all checks passed\n");
+    return failures == 0 ? 0 : 1;
+}
