@@ -124,12 +124,12 @@ bool gp_thread_cache_return(gp_pool_state *p, gp_stream_state *st)
     (void)p;
     bool any = false;
     for (gp_tc_entry *e = st->lenders; e != NULL; e = e->lender_next) {
-        gp_tc_lock(e->cache);
+        gp_bl_hold held = gp_tc_lock(e->cache);
         if (e->lent > 0) { /* an entry that lends nothing holds no block and no delta */
             any = true;
             fold(e);
         }
-        gp_tc_unlock(e->cache);
+        gp_tc_unlock(e->cache, held);
     }
     return any;
 }
@@ -140,18 +140,18 @@ static void on_thread_exit(void *arg)
     pthread_mutex_lock(&lifetime_lock); /* no pool is destroyed meanwhile: the streams stay */
     for (unsigned i = 0; i < GP_TC_ENTRIES; i++) {
         gp_tc_entry *e = &c->entries[i];
-        gp_tc_lock(c);
+        gp_bl_hold held = gp_tc_lock(c);
         gp_stream_state *st = e->st;
-        gp_tc_unlock(c);
+        gp_tc_unlock(c, held);
         if (st == NULL)
             continue;
         pthread_mutex_lock(&st->lock); /* stream, then cache: the lock order */
-        gp_tc_lock(c);
+        held = gp_tc_lock(c);
         if (e->st == st) {
             fold(e);
             detach(e);
         }
-        gp_tc_unlock(c);
+        gp_tc_unlock(c, held);
         pthread_mutex_unlock(&st->lock);
     }
     pthread_mutex_unlock(&lifetime_lock);
@@ -175,6 +175,7 @@ static gp_thread_cache *my_cache(void)
     gp_thread_cache *c = calloc(1, sizeof *c);
     if (c == NULL)
         return NULL;
+    gp_biased_lock_init(&c->lock);
     for (unsigned i = 0; i < GP_TC_ENTRIES; i++)
         c->entries[i].cache = c;
     if (pthread_setspecific(exit_key, c) != 0) {
@@ -223,7 +224,7 @@ bool gp_thread_cache_lend(gp_pool_state *p, gp_stream_state *st, gp_block *b)
     gp_thread_cache *c = my_cache();
     if (c == NULL)
         return false;
-    gp_tc_lock(c);
+    gp_bl_hold held = gp_tc_lock_own(c);
     gp_tc_entry *e = gp_tc_entry_of(c, p, st);
     if (e == NULL)
         e = attach(c, p, st);
@@ -244,7 +245,7 @@ bool gp_thread_cache_lend(gp_pool_state *p, gp_stream_state *st, gp_block *b)
         e->lent++;
         st->fence_dirty = true; /* a free happened, as gp_block_to_heap says */
     }
-    gp_tc_unlock(c);
+    gp_tc_unlock(c, held);
     return lent;
 }
 
@@ -261,10 +262,10 @@ void gp_thread_cache_forget(gp_pool_state *p)
         while (st->lenders != NULL) {
             gp_tc_entry *e = st->lenders;
             gp_thread_cache *c = e->cache;
-            gp_tc_lock(c);
+            gp_bl_hold held = gp_tc_lock(c);
             fold(e);
             detach(e);
-            gp_tc_unlock(c);
+            gp_tc_unlock(c, held);
         }
     }
 }

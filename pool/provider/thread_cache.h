@@ -60,9 +60,13 @@
  * stream, so stats and gp_check stay exact and no block is out of reach of another thread.
  *
  * Locks: an entry's lock belongs to its whole thread cache (one per thread); its thread takes it on
- * each cached call, others only to return its blocks. Lock order: stream lock, then the thread
- * cache's lock; the thread takes a stream lock while holding its own only by trylock. Thread exit and
- * pool destroy are ordered by one process-wide lock taken before any pool lock.
+ * each cached call, others only to return its blocks. It is a biased lock (base/biased_lock.h): its
+ * own thread takes it with a plain store and load, no atomic exchange, while others come rarely (a
+ * thread that returns another's blocks pays a process-wide memory barrier; when that happens often,
+ * as when one thread frees what another allocated every step, the lock turns into a plain spin lock
+ * until it is quiet again). Lock order: stream lock, then the thread cache's lock; the thread takes a
+ * stream lock while holding its own only by trylock. Thread exit and pool destroy are ordered by one
+ * process-wide lock taken before any pool lock.
  */
 #ifndef GP_THREAD_CACHE_H
 #define GP_THREAD_CACHE_H
@@ -70,9 +74,9 @@
 #include <assert.h>
 #include <stdbool.h>
 
+#include "base/biased_lock.h"
 #include "provider/pool_state.h"
 
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -106,7 +110,7 @@ typedef struct gp_tc_entry {
 } gp_tc_entry;
 
 typedef struct gp_thread_cache {
-    atomic_int lock; /* 1 while held: by its thread on each call, by others to return its blocks */
+    gp_biased_lock lock; /* its thread's on each call (the fast way), others' to return its blocks */
     unsigned next_victim;
     gp_tc_entry entries[GP_TC_ENTRIES];
 } gp_thread_cache;
@@ -114,16 +118,25 @@ typedef struct gp_thread_cache {
 /* The calling thread's cache (NULL until its first lend). */
 extern _Thread_local gp_thread_cache *gp_tls_thread_cache;
 
-/* Held for a few dozen instructions and never across a call that waits, so a waiter yields. */
-static inline void gp_tc_lock(gp_thread_cache *c)
+/* The calling thread's own cache, locked: its thread's fast path (biased_lock.h). */
+static inline gp_bl_hold gp_tc_lock_own(gp_thread_cache *c)
 {
-    while (atomic_exchange_explicit(&c->lock, 1, memory_order_acquire) != 0)
-        sched_yield();
+    assert(c == gp_tls_thread_cache);
+    return gp_biased_lock_take_owner(&c->lock);
 }
 
-static inline void gp_tc_unlock(gp_thread_cache *c)
+/* Any thread's cache c, locked: its owner's way when the caller is its thread, else another's. */
+static inline gp_bl_hold gp_tc_lock(gp_thread_cache *c)
 {
-    atomic_store_explicit(&c->lock, 0, memory_order_release);
+    if (c == gp_tls_thread_cache)
+        return gp_biased_lock_take_owner(&c->lock);
+    gp_biased_lock_take_other(&c->lock);
+    return GP_BL_OTHER;
+}
+
+static inline void gp_tc_unlock(gp_thread_cache *c, gp_bl_hold how)
+{
+    gp_biased_lock_drop(&c->lock, how);
 }
 
 /* c's entry for st of p, or NULL (c locked). */
@@ -232,10 +245,10 @@ static inline gp_block *gp_thread_cache_take(gp_pool_state *p, gp_stream_state *
     size_t g = rsize / GP_GRANULE;
     if (c == NULL || g >= GP_TC_CLASSES)
         return NULL;
-    gp_tc_lock(c);
+    gp_bl_hold held = gp_tc_lock_own(c);
     gp_tc_entry *e = gp_tc_entry_of(c, p, st);
     gp_block *b = e != NULL && e->free[g] != NULL ? gp_tc_pop(p, st, e, g, size) : NULL;
-    gp_tc_unlock(c);
+    gp_tc_unlock(c, held);
     return b;
 }
 
@@ -251,7 +264,7 @@ static inline bool gp_thread_cache_give(gp_pool_state *p, gp_stream_state *st, u
     gp_thread_cache *c = gp_tls_thread_cache;
     if (c == NULL)
         return false;
-    gp_tc_lock(c);
+    gp_bl_hold held = gp_tc_lock_own(c);
     gp_tc_entry *e = gp_tc_entry_of(c, p, st);
     gp_block *b = e != NULL && e->live_count > 0 ? gp_tc_live_remove(e, addr) : NULL;
     size_t g = b != NULL ? b->size / GP_GRANULE : 0;
@@ -280,7 +293,7 @@ static inline bool gp_thread_cache_give(gp_pool_state *p, gp_stream_state *st, u
         e->free[g] = b;
         e->count[g]++;
     }
-    gp_tc_unlock(c);
+    gp_tc_unlock(c, held);
     return b != NULL;
 }
 
