@@ -8,6 +8,11 @@
 //   mix/<alloc>/streams:K/threads:T           the same pair with sizes drawn in order from a real trace
 //   window/<alloc>/threads:T                  64 allocations from the trace's sizes live, then freed
 //                                             oldest first (splitting and coalescing in the cache)
+//   handoff/<alloc>/size:S/threads:2          forward and backward on two threads, one stream: thread 0
+//                                             allocates two blocks, frees one and hands the other to
+//                                             thread 1, which frees it and allocates and frees one of
+//                                             its own (PyTorch runs a device's backward on a thread of
+//                                             its own: blocks of one thread's cache freed by another)
 //
 // The trace sizes come from ../shared/traces/llm_finetune.csv (relative to the source tree; another
 // trace with GPUPOOL_BENCH_TRACE=PATH); the mix and window benchmarks are skipped with a message when
@@ -19,6 +24,7 @@
 #include <benchmark/benchmark.h>
 #include <jemalloc/jemalloc.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -174,6 +180,50 @@ void BM_window(benchmark::State &state)
     state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(kWindow));
 }
 
+// The handoff's ring: slot i holds a block from thread 0 for thread 1, or nullptr. Each thread walks
+// the slots in order (one producer, one consumer); a full slot makes the producer free its block
+// itself, an empty one makes the consumer go on, so neither ever waits for the other.
+constexpr size_t kRing = 256;
+std::atomic<void *> g_ring[kRing];
+std::atomic<int> g_handoff_done{0};
+
+template <class A>
+void BM_handoff(benchmark::State &state, size_t size)
+{
+    gp_stream s = g_streams[0][0];
+    size_t at = 0;
+    if (state.thread_index() == 0) {
+        for (auto _ : state) {
+            void *kept = A::alloc(size, s);
+            void *temp = A::alloc(size, s);
+            benchmark::DoNotOptimize(temp);
+            A::release(temp, s);
+            void *empty = nullptr;
+            if (g_ring[at].compare_exchange_strong(empty, kept))
+                at = (at + 1) % kRing;
+            else
+                A::release(kept, s);
+        }
+    } else {
+        for (auto _ : state) {
+            void *handed = g_ring[at].exchange(nullptr);
+            if (handed != nullptr) {
+                A::release(handed, s);
+                at = (at + 1) % kRing;
+            }
+            void *temp = A::alloc(size, s);
+            benchmark::DoNotOptimize(temp);
+            A::release(temp, s);
+        }
+    }
+    // one item = one allocate+free pair: thread 0 makes two a turn, thread 1 one
+    state.SetItemsProcessed(state.iterations() * (state.thread_index() == 0 ? 2 : 1));
+    if (g_handoff_done.fetch_add(1) % 2 == 1)  // the second to finish frees what is still in the ring
+        for (auto &slot : g_ring)
+            if (void *left = slot.exchange(nullptr))
+                A::release(left, s);
+}
+
 void register_all()
 {
     const size_t sizes[] = {512, 4 << 10, 64 << 10, 1 << 20, 8 << 20, 64 << 20};
@@ -203,6 +253,15 @@ void register_all()
         }
         benchmark::RegisterBenchmark("window/gpupool", BM_window<Gpupool>)->Threads(threads)->UseRealTime();
         benchmark::RegisterBenchmark("window/jemalloc", BM_window<Jemalloc>)->Threads(threads)->UseRealTime();
+    }
+    for (size_t size : {size_t{512}, size_t{4} << 10}) {
+        std::string args = "/size:" + std::to_string(size);
+        benchmark::RegisterBenchmark(("handoff/gpupool" + args).c_str(), BM_handoff<Gpupool>, size)
+            ->Threads(2)
+            ->UseRealTime();
+        benchmark::RegisterBenchmark(("handoff/jemalloc" + args).c_str(), BM_handoff<Jemalloc>, size)
+            ->Threads(2)
+            ->UseRealTime();
     }
 }
 
