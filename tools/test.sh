@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # tools/test.sh — builds and runs every test suite: plain (build/), ASan+UBSan (build-asan/) and
-# TSan (build-tsan/, the "threaded" suites only); then the analysers (tools/analyse.sh: clang-tidy,
+# TSan (build-tsan/, the "threaded" suites only); the benchmarks' Release build with asserts off
+# (build-bench/); then the analysers (tools/analyse.sh: clang-tidy,
 # cppcheck, valgrind memcheck) and the fuzz targets for a fixed number of runs (tools/fuzz.sh,
 # build-fuzz/). Installs missing Debian packages first.
 # Usage: bash tools/test.sh [--quick]     --quick: the plain build only (no sanitizers, analysers, fuzzing)
 # Exits non-zero when a build, any suite, an analyser or a fuzz target fails. GPUPOOL_BUILD_DIR=DIR
-# builds in DIR, DIR-asan, DIR-tsan and DIR-fuzz instead; extra CMake arguments can be given in
+# builds in DIR, DIR-asan, DIR-tsan, DIR-bench and DIR-fuzz instead; extra CMake arguments can be given in
 # GPUPOOL_CMAKE_ARGS (not to the fuzz build).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -101,6 +102,21 @@ if [ "$quick" -eq 0 ]; then
     # TSan: only the suites labelled "threaded" (see tests/CMakeLists.txt).
     configure_build "$build-tsan" -DGPUPOOL_SANITIZE=thread -DGPUPOOL_BUILD_BENCH=OFF
     run_ctest tsan "$build-tsan" -L threaded
+
+    # The build the benchmarks are measured with (bench/RESULTS.md: Release, assert() compiled out):
+    # NDEBUG changes what the compiler can prove, and GCC's warnings are errors here. Built, and the
+    # pair counter run once, not timed.
+    start=$SECONDS
+    echo "==> test.sh: building $build-bench (Release, GPUPOOL_ASSERTS=OFF)"
+    if cmake -S . -B "$build-bench" -DCMAKE_BUILD_TYPE=Release -DGPUPOOL_ASSERTS=OFF -DGPUPOOL_WITH_CUDA=OFF \
+            -DGPUPOOL_BUILD_BENCH=ON -DGPUPOOL_CRITERION=OFF "${extra_args[@]}" >/dev/null &&
+        cmake --build "$build-bench" -j "$jobs" --target gpupool_cli bench_alloc pair_count &&
+        "$build-bench/bench/pair_count" 512 1000; then
+        passed+=(bench-build)
+    else
+        failed+=(bench-build)
+    fi
+    echo "==> test.sh: bench build took $((SECONDS - start)) s"
 
     # clang-tidy and cppcheck (committed configurations), valgrind memcheck over one plain program.
     start=$SECONDS
