@@ -6,6 +6,7 @@
 #include "base/biased_lock.h"
 
 #include <assert.h>
+#include <errno.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -47,14 +48,17 @@ void gp_biased_lock_disable_bias(void)
 /*
  * Returns once every running thread of the process has executed a full memory barrier. Registered,
  * the expedited call fails only when the kernel cannot allocate its CPU mask (ENOMEM), which passes:
- * then the global one (an RCU grace period, milliseconds, no allocation), else it tries again. It
+ * then the global one (an RCU grace period, milliseconds, no allocation), else it tries again; EPERM
+ * (this process not registered: a fork's child where the kernel does not carry it over) registers. It
  * cannot give up: without the barrier the owner's fast path could be inside unseen.
  */
 static void heavy_barrier(void)
 {
 #if defined(__linux__) && defined(SYS_membarrier)
     while (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0) {
-        if (heavy_global && syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) == 0)
+        if (errno == EPERM) /* not registered in this process (a fork's child on some kernels) */
+            (void)syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0);
+        else if (heavy_global && syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) == 0)
             return;
         sched_yield();
     }
