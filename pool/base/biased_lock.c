@@ -20,6 +20,26 @@ static atomic_bool heavy_ok;      /* membarrier PRIVATE_EXPEDITED registered for
 static atomic_bool bias_disabled; /* gp_biased_lock_disable_bias */
 static bool heavy_global;         /* MEMBARRIER_CMD_GLOBAL too (written once, before heavy_ok) */
 
+#if defined(__linux__) && defined(SYS_membarrier)
+static long membarrier_syscall(int cmd)
+{
+    return syscall(SYS_membarrier, cmd, 0, 0);
+}
+
+/* The heavy barrier's system call; tests put a failing one in front (gp_biased_lock_set_membarrier). */
+static _Atomic(gp_membarrier_fn) membarrier_call = membarrier_syscall;
+#endif
+
+gp_membarrier_fn gp_biased_lock_set_membarrier(gp_membarrier_fn fn)
+{
+#if defined(__linux__) && defined(SYS_membarrier)
+    return atomic_exchange(&membarrier_call, fn != NULL ? fn : membarrier_syscall);
+#else
+    (void)fn;
+    return NULL;
+#endif
+}
+
 static void heavy_probe(void)
 {
 #if defined(__linux__) && defined(SYS_membarrier)
@@ -55,10 +75,11 @@ void gp_biased_lock_disable_bias(void)
 static void heavy_barrier(void)
 {
 #if defined(__linux__) && defined(SYS_membarrier)
-    while (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0) {
+    gp_membarrier_fn call = atomic_load(&membarrier_call);
+    while (call(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0) {
         if (errno == EPERM) /* not registered in this process (a fork's child on some kernels) */
-            (void)syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0);
-        else if (heavy_global && syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) == 0)
+            (void)call(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED);
+        else if (heavy_global && call(MEMBARRIER_CMD_GLOBAL) == 0)
             return;
         sched_yield();
     }

@@ -75,6 +75,14 @@ void gp_biased_lock_take_other(gp_biased_lock *l);
 /* True when the heavy barrier is available (process-wide, decided once). */
 bool gp_biased_lock_heavy_available(void);
 
+/* The heavy barrier's system call: membarrier(cmd, 0, 0), 0 or -1 with errno. */
+typedef long (*gp_membarrier_fn)(int cmd);
+
+/* Tests only: puts fn in front of the heavy barrier's system call (NULL: the real one again); returns
+ * the one before. A fn that fails must fail as the kernel does (errno set); one that succeeds must
+ * have made the barrier (call the real one). */
+gp_membarrier_fn gp_biased_lock_set_membarrier(gp_membarrier_fn fn);
+
 /* Tests only: from now on no lock is biased (as without membarrier); each lock follows at its owner's
  * next review. */
 void gp_biased_lock_disable_bias(void);

@@ -4,17 +4,21 @@
  *
  * One owner thread and two other threads update the same plain (non-atomic) data under the lock: two
  * counters that a holder moves apart and back together, so a second holder inside at the same time
- * sees them apart (and TSan sees the unordered accesses), and a total that loses updates. Three
- * phases: others rare (the owner keeps its bias and the others pay the heavy barrier), others on
- * every turn (the bias is given up, the lock is a spin lock), others rare again (the bias comes back),
- * then with the bias disabled for the process (the fallback where membarrier is missing). Where this
- * kernel has no membarrier the bias checks are skipped, with a message; the exclusion checks run.
+ * sees them apart (and TSan sees the unordered accesses), and a total that loses updates. Phases:
+ * others rare (the owner keeps its bias and the others pay the heavy barrier); others on every turn
+ * (the bias is given up, the lock is a spin lock); the owner alone (the bias comes back); others rare
+ * while the heavy barrier is refused as the kernel can refuse it (ENOMEM, with and without the global
+ * barrier to fall back on; EPERM); then with the bias disabled for the process (the fallback where
+ * membarrier is missing). Where this kernel has no membarrier the bias checks are skipped, with a
+ * message; the exclusion checks run.
  */
+#include <errno.h>
+#include <linux/membarrier.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
-#include <sched.h>
 
 #include "base/biased_lock.h"
 
@@ -122,6 +126,59 @@ static phase_result phase(const char *name, long takes, bool rare)
     return r;
 }
 
+/* A heavy barrier that fails as the kernel can: the first `refusals` expedited calls fail with
+ * `refusal_errno`, the global one fails with ENOSYS while global_fails; everything else goes to the
+ * real call (so that a success is a real barrier). Counts every command it sees. */
+static gp_membarrier_fn real_membarrier;
+static atomic_int refusals, refusal_errno;
+static atomic_bool global_fails;
+static atomic_int seen_expedited, seen_register, seen_global;
+
+static long flaky_membarrier(int cmd)
+{
+    if (cmd == MEMBARRIER_CMD_PRIVATE_EXPEDITED) {
+        atomic_fetch_add(&seen_expedited, 1);
+        if (atomic_load(&refusals) > 0) {
+            atomic_fetch_sub(&refusals, 1);
+            errno = atomic_load(&refusal_errno);
+            return -1;
+        }
+    } else if (cmd == MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) {
+        atomic_fetch_add(&seen_register, 1);
+    } else if (cmd == MEMBARRIER_CMD_GLOBAL) {
+        atomic_fetch_add(&seen_global, 1);
+        if (atomic_load(&global_fails)) {
+            errno = ENOSYS;
+            return -1;
+        }
+    }
+    return real_membarrier(cmd);
+}
+
+/* Others rare while the barrier is refused `count` times with `err` (the global one too when
+ * `no_global`): every take still gets in only after a real barrier, so exclusion holds. */
+static void refused_barrier(const char *name, int err, int count, bool no_global)
+{
+    atomic_store(&refusals, count);
+    atomic_store(&refusal_errno, err);
+    atomic_store(&global_fails, no_global);
+    atomic_store(&seen_expedited, 0);
+    atomic_store(&seen_register, 0);
+    atomic_store(&seen_global, 0);
+    real_membarrier = gp_biased_lock_set_membarrier(flaky_membarrier);
+    phase_result r = phase(name, 100000, true);
+    gp_biased_lock_set_membarrier(NULL);
+    EXPECT(r.heavy > 0, "%s: the others came in through the heavy barrier", name);
+    EXPECT(atomic_load(&refusals) == 0, "%s: every refusal was met with a retry", name);
+    if (err == EPERM)
+        EXPECT(atomic_load(&seen_register) == count, "%s: %d registrations after %d EPERM", name,
+               atomic_load(&seen_register), count);
+    else if (no_global)
+        EXPECT(atomic_load(&seen_expedited) >= count + (int)r.heavy, "%s: retried the expedited call", name);
+    else
+        EXPECT(atomic_load(&seen_global) >= 1, "%s: fell back to the global barrier", name);
+}
+
 int main(void)
 {
     gp_biased_lock_init(&lock);
@@ -148,6 +205,12 @@ int main(void)
     }
     if (heavy)
         EXPECT(atomic_load(&lock.biased), "alone again, the owner takes its bias back");
+    /* The heavy barrier refused: retried (ENOMEM), by the global one or registering again (EPERM). */
+    if (heavy) {
+        refused_barrier("barrier refused, ENOMEM, global works", ENOMEM, 5, false);
+        refused_barrier("barrier refused, ENOMEM, no global", ENOMEM, 5, true);
+        refused_barrier("barrier refused, EPERM", EPERM, 3, true);
+    }
     /* Disabled for the process: a spin lock from the owner's next review on. */
     gp_biased_lock_disable_bias();
     r = phase("bias disabled", 100000, false);
