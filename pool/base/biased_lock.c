@@ -8,6 +8,8 @@
 #include <assert.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
+#include <time.h>
 #include <unistd.h>
 
 #if defined(__linux__)
@@ -96,17 +98,32 @@ void gp_biased_lock_init(gp_biased_lock *l)
     atomic_init(&l->biased, gp_biased_lock_heavy_available() && !atomic_load(&bias_disabled));
     atomic_init(&l->other_takes, 0);
     atomic_init(&l->heavy_takes, 0);
+    atomic_init(&l->barrier_ns, GP_BL_BARRIER_NS_FIRST);
     l->owner_takes = 0;
     l->others_seen = 0;
+    l->others_rate256 = 0;
+}
+
+/* mean moved 1/weight of the way to sample, rounded away from mean so that it reaches the sample. */
+static unsigned running_mean(unsigned mean, uint64_t sample, unsigned weight)
+{
+    if (sample >= mean)
+        return mean + (unsigned)((sample - mean + weight - 1) / weight);
+    return mean - (unsigned)((mean - sample + weight - 1) / weight);
 }
 
 void gp_biased_lock_review(gp_biased_lock *l)
 {
     unsigned others = atomic_load_explicit(&l->other_takes, memory_order_relaxed);
-    bool want = others - l->others_seen <= GP_BL_WINDOW / GP_BL_COST_RATIO && gp_biased_lock_heavy_available() &&
-                !atomic_load_explicit(&bias_disabled, memory_order_relaxed);
+    uint64_t came = others - l->others_seen;
     l->others_seen = others;
     l->owner_takes = 0;
+    if (came > GP_BL_WINDOW) /* a window of the owner's counts at most this many (keeps x256 in range) */
+        came = GP_BL_WINDOW;
+    l->others_rate256 = running_mean(l->others_rate256, came * 256u, GP_BL_RATE_WEIGHT);
+    double cost = (double)l->others_rate256 / 256.0 * (double)atomic_load_explicit(&l->barrier_ns, memory_order_relaxed);
+    bool want = cost <= (double)GP_BL_WINDOW * GP_BL_EXCHANGE_NS && gp_biased_lock_heavy_available() &&
+                !atomic_load_explicit(&bias_disabled, memory_order_relaxed);
     if (want == atomic_load_explicit(&l->biased, memory_order_relaxed))
         return;
     /* Holding the guard: no other thread is inside (in biased mode it would hold the guard too), and
@@ -117,6 +134,13 @@ void gp_biased_lock_review(gp_biased_lock *l)
     gp_bl_spin_drop(&l->guard);
 }
 
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
 void gp_biased_lock_take_other(gp_biased_lock *l)
 {
     gp_bl_spin_take(&l->guard);
@@ -125,7 +149,14 @@ void gp_biased_lock_take_other(gp_biased_lock *l)
         return; /* the owner takes the guard too */
     atomic_fetch_add_explicit(&l->heavy_takes, 1, memory_order_relaxed);
     atomic_store_explicit(&l->revoke, 1, memory_order_relaxed);
+    uint64_t start = now_ns();
     heavy_barrier();
+    uint64_t took = now_ns() - start;
+    if (took > GP_BL_BARRIER_NS_MAX)
+        took = GP_BL_BARRIER_NS_MAX;
+    /* Under the guard: the only writer now. */
+    unsigned mean = running_mean(atomic_load_explicit(&l->barrier_ns, memory_order_relaxed), took, GP_BL_BARRIER_WEIGHT);
+    atomic_store_explicit(&l->barrier_ns, mean, memory_order_relaxed);
     while (atomic_load_explicit(&l->busy, memory_order_acquire) != 0)
         sched_yield();
 }

@@ -23,15 +23,25 @@
  * by the other's acquire load; another's before the owner's: the guard, or revoke's release store 0
  * read by the owner's acquire load), so ThreadSanitizer checks the same code that runs.
  *
- * When the bias pays: a heavy barrier costs one system call and an interrupt to each CPU that runs a
- * thread of the process (0.2 us on one idle CPU, microseconds with many), while the bias saves the
- * owner one atomic exchange per take (4-8 ns measured: bench/RESULTS.md). So the owner counts its
- * takes and, every GP_BL_WINDOW of them, keeps the bias only if the other threads took the lock at
- * most GP_BL_WINDOW / GP_BL_COST_RATIO times meanwhile (GP_BL_COST_RATIO: heavy barrier over exchange,
- * about 1 us / 4 ns); else the lock is a plain spin lock until a later window is quiet again. A
- * thread that frees what another allocated on every step keeps both caches unbiased; a loop alone on
- * its thread keeps its bias. Only the owner changes the bias, holding the guard, so every other taker
- * (which holds the guard when it reads it) sees its current value.
+ * When the bias pays: it saves the owner one atomic exchange per take (GP_BL_EXCHANGE_NS, about 4 ns:
+ * the cached pair went from 20.5 to 12.8 ns without its two, bench/RESULTS.md); each take by another
+ * thread costs a heavy barrier, one system call plus an interrupt to every CPU that runs a thread of
+ * the process: 0.3 us with the other CPUs idle, 12-13 us on this 2-vCPU virtual machine with one of
+ * them busy (measured), more with interrupts through a hypervisor to many busy CPUs. That cost is a
+ * property of the machine and the process, not a constant, so the lock measures it: every other
+ * thread times its barrier, and the lock keeps a running mean (barrier_ns). The owner, every
+ * GP_BL_WINDOW takes, updates a running mean of how many times others came per window (others_rate)
+ * and keeps (or takes back) the bias while
+ *     others_rate x barrier_ns <= GP_BL_WINDOW x GP_BL_EXCHANGE_NS,
+ * i.e. while the barriers it causes cost no more than the exchanges it saves; else the lock is a plain
+ * spin lock. Others keep coming while it is not biased (counted all the same), so the rate stays
+ * known and the bias comes back once they come rarely enough. The rate moves 1/16 of the way to each
+ * window's count, so that it measures sparse visits (one in 16 windows reads about 1/16, not 1 then
+ * 0) and forgets a burst within tens of windows (64 here after 20 visits a window with 13 us barriers:
+ * 64,000 owner takes, about a millisecond of cached calls); the barrier's mean
+ * moves 1/4 of the way to each timed barrier, and one barrier counts at most 1 ms (a caller preempted
+ * inside it). Only the owner changes the bias, holding the guard, so every other taker (which holds
+ * the guard when it reads it) sees its current value.
  *
  * Where membarrier is missing (kernels before 4.14, a seccomp filter) or refused, no lock is ever
  * biased: every take is the spin lock, as before this lock existed.
@@ -47,8 +57,12 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
-#define GP_BL_WINDOW 1024u     /* owner takes between two looks at how often others came */
-#define GP_BL_COST_RATIO 256u  /* a heavy barrier, in owner exchanges (about 1 us / 4 ns) */
+#define GP_BL_WINDOW 1024u       /* owner takes between two looks at how often others came */
+#define GP_BL_EXCHANGE_NS 4u     /* what the bias saves the owner per take (measured, above) */
+#define GP_BL_BARRIER_NS_FIRST 1000u /* barrier_ns until a barrier was timed */
+#define GP_BL_BARRIER_NS_MAX 1000000u /* one timed barrier counts at most 1 ms (a preempted caller) */
+#define GP_BL_RATE_WEIGHT 16u    /* others_rate moves 1/16 of the way to each window's count */
+#define GP_BL_BARRIER_WEIGHT 4u  /* barrier_ns moves 1/4 of the way to each timed barrier */
 
 typedef struct gp_biased_lock {
     atomic_int busy;           /* the owner is inside on its fast path */
@@ -57,8 +71,10 @@ typedef struct gp_biased_lock {
     atomic_bool biased;        /* written by the owner under the guard */
     atomic_uint other_takes;   /* takes by other threads, ever (relaxed: a count) */
     atomic_uint heavy_takes;   /* of those, the ones that found it biased (paid a heavy barrier) */
+    atomic_uint barrier_ns;    /* running mean of a heavy barrier's time (written under the guard) */
     unsigned owner_takes;      /* the owner's takes in this window (owner only) */
     unsigned others_seen;      /* other_takes when this window began (owner only) */
+    unsigned others_rate256;   /* running mean of other takes per window, x256 (owner only) */
 } gp_biased_lock;
 
 typedef enum { GP_BL_FAST, GP_BL_GUARD, GP_BL_OTHER } gp_bl_hold;
