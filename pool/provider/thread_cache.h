@@ -62,9 +62,9 @@
  * Locks: an entry's lock belongs to its whole thread cache (one per thread); its thread takes it on
  * each cached call, others only to return its blocks. It is a biased lock (base/biased_lock.h): its
  * own thread takes it with a plain store and load, no atomic exchange, while others come rarely (a
- * thread that returns another's blocks pays a process-wide memory barrier; when that happens often,
- * as when one thread frees what another allocated every step, the lock turns into a plain spin lock
- * until it is quiet again). Lock order: stream lock, then the thread cache's lock; the thread takes a
+ * thread that returns another's blocks pays a process-wide memory barrier; while those barriers cost
+ * more than the bias saves, as when one thread frees what another allocated every step, the lock is a
+ * plain spin lock). Lock order: stream lock, then the thread cache's lock; the thread takes a
  * stream lock while holding its own only by trylock. Thread exit and pool destroy are ordered by one
  * process-wide lock taken before any pool lock.
  */
