@@ -38,9 +38,10 @@
  * known and the bias comes back once they come rarely enough. The rate moves 1/16 of the way to each
  * window's count, so that it measures sparse visits (one in 16 windows reads about 1/16, not 1 then
  * 0) and forgets a burst within tens of windows (64 here after 20 visits a window with 13 us barriers:
- * 64,000 owner takes, about a millisecond of cached calls); the barrier's mean
- * moves 1/4 of the way to each timed barrier, and one barrier counts at most 1 ms (a caller preempted
- * inside it). Only the owner changes the bias, holding the guard, so every other taker (which holds
+ * 64,000 owner takes, about a millisecond of cached calls). The barrier's mean moves 1/8 of the way
+ * to each timed barrier, and one barrier counts at most 100 us: a longer one is a delay (the caller or
+ * the interrupted CPU descheduled), not what the next barrier will cost, and 100 us already says that
+ * the bias pays only while others come less than once in 25 windows. Only the owner changes the bias, holding the guard, so every other taker (which holds
  * the guard when it reads it) sees its current value.
  *
  * Where membarrier is missing (kernels before 4.14, a seccomp filter) or refused, no lock is ever
@@ -60,9 +61,9 @@
 #define GP_BL_WINDOW 1024u       /* owner takes between two looks at how often others came */
 #define GP_BL_EXCHANGE_NS 4u     /* what the bias saves the owner per take (measured, above) */
 #define GP_BL_BARRIER_NS_FIRST 1000u /* barrier_ns until a barrier was timed */
-#define GP_BL_BARRIER_NS_MAX 1000000u /* one timed barrier counts at most 1 ms (a preempted caller) */
+#define GP_BL_BARRIER_NS_MAX 100000u /* one timed barrier counts at most 100 us (above, a delay) */
 #define GP_BL_RATE_WEIGHT 16u    /* others_rate moves 1/16 of the way to each window's count */
-#define GP_BL_BARRIER_WEIGHT 4u  /* barrier_ns moves 1/4 of the way to each timed barrier */
+#define GP_BL_BARRIER_WEIGHT 8u  /* barrier_ns moves 1/8 of the way to each timed barrier */
 
 typedef struct gp_biased_lock {
     atomic_int busy;           /* the owner is inside on its fast path */
