@@ -118,10 +118,10 @@ typedef struct gp_thread_cache {
 /* The calling thread's cache (NULL until its first lend). */
 extern _Thread_local gp_thread_cache *gp_tls_thread_cache;
 
-/* The calling thread's own cache, locked: its thread's fast path (biased_lock.h). */
+/* The calling thread's own cache (c == gp_tls_thread_cache, which every caller has just read),
+ * locked: its thread's fast path (biased_lock.h). */
 static inline gp_bl_hold gp_tc_lock_own(gp_thread_cache *c)
 {
-    assert(c == gp_tls_thread_cache);
     return gp_biased_lock_take_owner(&c->lock);
 }
 
