@@ -5,8 +5,8 @@
  * One owner thread and two other threads update the same plain (non-atomic) data under the lock: two
  * counters that a holder moves apart and back together, so a second holder inside at the same time
  * sees them apart (and TSan sees the unordered accesses), and a total that loses updates. Phases:
- * others rare (the owner keeps its bias and the others pay the heavy barrier); others on every turn
- * (the bias is given up, the lock is a spin lock); the owner alone (the bias comes back); others rare
+ * others rare (the owner keeps its bias and the others pay the heavy barrier); others once in 16 of
+ * the owner's takes (the bias is given up, the lock is a spin lock); the owner alone (the bias comes back); others rare
  * while the heavy barrier is refused as the kernel can refuse it (ENOMEM, with and without the global
  * barrier to fall back on; EPERM); others once in 4 windows with barriers so slow that the bias no
  * longer pays (given up); then with the bias disabled for the process (the fallback where
@@ -89,9 +89,10 @@ typedef struct {
 } phase_result;
 
 /* The owner takes the lock `takes` times while two other threads take it, once per `every` owner
- * takes at most, or all the time (every 0); checks that no update was lost and that no holder found
- * another inside. */
-static phase_result phase(const char *name, long takes, long every)
+ * takes at most, or all the time (every 0); with `wait`, exactly once per `every`: the owner waits for
+ * each ticket to be used, so the rate does not depend on how the threads are scheduled. Checks that no
+ * update was lost and that no holder found another inside. */
+static phase_result phase(const char *name, long takes, long every, bool wait)
 {
     bool rare = every != 0;
     phase_result r = {false, 0, 0};
@@ -112,6 +113,8 @@ static phase_result phase(const char *name, long takes, long every)
         gp_biased_lock_drop(&lock, how);
         if (rare && i % every == 0 && atomic_load(&tickets) == 0)
             atomic_store(&tickets, 1);
+        while (wait && atomic_load(&tickets) != 0)
+            sched_yield();
         if (i % 64 == 0)
             sched_yield(); /* let the others in on a single CPU too */
     }
@@ -182,7 +185,7 @@ static void refused_barrier(const char *name, int err, int count, bool no_global
     atomic_store(&seen_register, 0);
     atomic_store(&seen_global, 0);
     real_membarrier = gp_biased_lock_set_membarrier(flaky_membarrier);
-    phase_result r = phase(name, 100000, RARE);
+    phase_result r = phase(name, 100000, RARE, true);
     gp_biased_lock_set_membarrier(NULL);
     EXPECT(r.heavy > 0, "%s: the others came in through the heavy barrier", name);
     EXPECT(atomic_load(&refusals) == 0, "%s: every refusal was met with a retry", name);
@@ -203,14 +206,15 @@ int main(void)
     if (!heavy)
         printf("membarrier(PRIVATE_EXPEDITED) is not available here: the bias checks are skipped\n");
 
-    phase_result r = phase("others rare", 200000, RARE);
+    phase_result r = phase("others rare", 200000, RARE, true);
     if (heavy) {
         EXPECT(r.unbiased_takes <= 200000 / 10, "others rare: the owner keeps its bias (%ld unbiased takes)",
                r.unbiased_takes);
         EXPECT(r.heavy > 0, "others rare: the other threads came in through the heavy barrier");
     }
-    /* Others on every turn: the bias costs more than it saves and is given up. */
-    r = phase("others busy", 200000, 0);
+    /* Others once in 16 owner takes, whatever the scheduling (64 a window: even 0.2 us barriers cost
+     * more than the bias saves): it is given up. */
+    r = phase("others busy", 64000, 16, true);
     if (heavy)
         EXPECT(r.unbiased_takes > 0, "others busy: the bias is given up");
     /* Alone: the bias comes back once the running rate of others has decayed (tens of windows). */
@@ -232,7 +236,7 @@ int main(void)
     if (heavy) {
         gp_biased_lock_init(&lock);
         real_membarrier = gp_biased_lock_set_membarrier(slow_membarrier);
-        r = phase("barrier slow", 400000, 4 * GP_BL_WINDOW);
+        r = phase("barrier slow", 400000, 4 * GP_BL_WINDOW, true);
         gp_biased_lock_set_membarrier(NULL);
         EXPECT(r.unbiased_takes > 0, "barrier slow: the bias is given up when its barriers cost more");
         /* The bias lasts at least two of its clamped 100 us barriers (the running mean from 1 us). */
@@ -241,7 +245,7 @@ int main(void)
     }
     /* Disabled for the process: a spin lock from the owner's next review on. */
     gp_biased_lock_disable_bias();
-    r = phase("bias disabled", 100000, 0);
+    r = phase("bias disabled", 100000, 0, false);
     EXPECT(!r.biased_at_end, "bias disabled: the lock is not biased after the owner's next review");
     if (failures == 0)
         printf("test_biased_lock_threads: all checks passed\n");
