@@ -21,8 +21,9 @@
  * --call-costs ...` option that prices the replay's warm-up and last-pass records at the medians measured.
  * Usage: vmm_probe [REPS]  (default 20). Exit 0 when every question was asked, 77 when no CUDA device or
  * driver is usable (nothing asked), 1 when a call that must work failed (the line says which).
- * Built by bench/gpu/run.sh against the CUDA runtime; tests/emu/test_vmm_probe.c runs the same code
- * over the emulation (answers as the emulation's rules give them; its times mean nothing).
+ * Built by bench/gpu/run.sh against the CUDA runtime, with the vmm backend's own table of the driver's
+ * entry points (pool/backend/vmm_driver.c); tests/emu/test_vmm_probe.c runs the same code over the
+ * emulation (answers as the emulation's rules give them; its times mean nothing).
  */
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -33,21 +34,14 @@
 #include <string.h>
 #include <time.h>
 
-#define PROBE_DRIVER_VERSION 12000
+#include "backend/vmm_driver.h"
+
 #define PROBE_MAX_REPS 64
 #define PROBE_CHUNK_PAGES 64 /* the largest chunk timed: a growth of 128 MiB */
 
-static struct {
-    PFN_cuGetErrorName_v6000 error_name;
-    PFN_cuMemGetAllocationGranularity_v10020 granularity;
-    PFN_cuMemCreate_v10020 create;
-    PFN_cuMemRelease_v10020 release;
-    PFN_cuMemAddressReserve_v10020 reserve;
-    PFN_cuMemAddressFree_v10020 address_free;
-    PFN_cuMemMap_v10020 map;
-    PFN_cuMemSetAccess_v10020 set_access;
-    PFN_cuMemUnmap_v10020 unmap;
-} probe_drv;
+/* The pool's own table of the driver's entry points (pool/backend/vmm_driver.h), so that the answers
+ * are about the very calls, ABI version and memory properties the vmm backend uses. */
+static const gp_vmm_driver *probe_drv;
 
 typedef struct {
     FILE *out;
@@ -59,9 +53,8 @@ typedef struct {
 
 static const char *probe_error_name(CUresult r)
 {
-    const char *name = NULL;
-    if (probe_drv.error_name == NULL || probe_drv.error_name(r, &name) != CUDA_SUCCESS || name == NULL)
-        return "CUDA_ERROR_UNKNOWN_CODE";
+    const char *name, *text;
+    gp_vmm_driver_error(r, &name, &text);
     return name;
 }
 
@@ -120,31 +113,15 @@ static void probe_time_line(probe *p, const char *call, const char *what, probe_
         fprintf(p->out, "vmm_probe: time %s %s: %.1f us (%u calls)\n", call, what, series_median(s), s->n);
 }
 
-static CUmemAllocationProp probe_prop(int device)
-{
-    CUmemAllocationProp prop;
-    memset(&prop, 0, sizeof prop);
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = device;
-    return prop;
-}
-
 static CUresult probe_access(const probe *p, CUdeviceptr va, size_t size)
 {
-    CUmemAccessDesc access;
-    memset(&access, 0, sizeof access);
-    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access.location.id = p->device;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    return probe_drv.set_access(va, size, &access, 1);
+    return gp_vmm_set_device_access(va, size, p->device);
 }
 
 static CUresult probe_create(const probe *p, size_t pages, CUmemGenericAllocationHandle *h)
 {
-    CUmemAllocationProp prop = probe_prop(p->device);
-    return probe_drv.create(h, pages * p->page, &prop, 0);
+    CUmemAllocationProp prop = gp_vmm_device_memory(p->device);
+    return probe_drv->create(h, pages * p->page, &prop, 0);
 }
 
 /*
@@ -158,29 +135,29 @@ static void probe_offset_map(probe *p)
     CUdeviceptr a = 0, b = 0;
     if (!probe_must(p, probe_create(p, 4, &h), "cuMemCreate(4 pages)"))
         return;
-    if (probe_must(p, probe_drv.reserve(&a, 4 * g, 0, 0, 0), "cuMemAddressReserve(4 pages)") &&
-        probe_must(p, probe_drv.reserve(&b, 4 * g, 0, 0, 0), "cuMemAddressReserve(4 pages)")) {
-        CUresult r = probe_drv.map(a, g, 2 * g, h, 0); /* page 2 of the handle at a */
+    if (probe_must(p, probe_drv->address_reserve(&a, 4 * g, 0, 0, 0), "cuMemAddressReserve(4 pages)") &&
+        probe_must(p, probe_drv->address_reserve(&b, 4 * g, 0, 0, 0), "cuMemAddressReserve(4 pages)")) {
+        CUresult r = probe_drv->map(a, g, 2 * g, h, 0); /* page 2 of the handle at a */
         probe_answer(p, "map one page of a 4-page handle at an offset (cuMemMap offset != 0)", r);
         if (r == CUDA_SUCCESS) {
             probe_answer(p, "set access on that page alone", probe_access(p, a, g));
-            CUresult u = probe_drv.unmap(a, g);
+            CUresult u = probe_drv->unmap(a, g);
             probe_answer(p, "unmap that page alone", u);
-            CUresult m = probe_drv.map(b + g, g, 2 * g, h, 0); /* the same page, elsewhere */
+            CUresult m = probe_drv->map(b + g, g, 2 * g, h, 0); /* the same page, elsewhere */
             probe_answer(p, "map the same page again at another address", m);
             if (m == CUDA_SUCCESS) {
                 probe_answer(p, "set access there", probe_access(p, b + g, g));
-                probe_must(p, probe_drv.unmap(b + g, g), "cuMemUnmap(the moved page)");
+                probe_must(p, probe_drv->unmap(b + g, g), "cuMemUnmap(the moved page)");
             }
             if (u != CUDA_SUCCESS)
-                probe_must(p, probe_drv.unmap(a, g), "cuMemUnmap(the offset page)");
+                probe_must(p, probe_drv->unmap(a, g), "cuMemUnmap(the offset page)");
         }
     }
     if (b != 0)
-        probe_must(p, probe_drv.address_free(b, 4 * g), "cuMemAddressFree");
+        probe_must(p, probe_drv->address_free(b, 4 * g), "cuMemAddressFree");
     if (a != 0)
-        probe_must(p, probe_drv.address_free(a, 4 * g), "cuMemAddressFree");
-    probe_must(p, probe_drv.release(h), "cuMemRelease(4 pages)");
+        probe_must(p, probe_drv->address_free(a, 4 * g), "cuMemAddressFree");
+    probe_must(p, probe_drv->release(h), "cuMemRelease(4 pages)");
 }
 
 /*
@@ -193,35 +170,35 @@ static void probe_unmap_spans(probe *p)
     CUmemGenericAllocationHandle h[3] = {0, 0, 0};
     int mapped[2] = {0, 0}, pair = 0; /* pages 0 and 1 (one page each); pages 2-3 (one mapping) */
     CUdeviceptr va = 0;
-    if (!probe_must(p, probe_drv.reserve(&va, 4 * g, 0, 0, 0), "cuMemAddressReserve(4 pages)"))
+    if (!probe_must(p, probe_drv->address_reserve(&va, 4 * g, 0, 0, 0), "cuMemAddressReserve(4 pages)"))
         return;
     for (int i = 0; i < 2; i++)
         mapped[i] = probe_must(p, probe_create(p, 1, &h[i]), "cuMemCreate(1 page)") &&
-                    probe_must(p, probe_drv.map(va + (size_t)i * g, g, 0, h[i], 0), "cuMemMap(1 page)");
+                    probe_must(p, probe_drv->map(va + (size_t)i * g, g, 0, h[i], 0), "cuMemMap(1 page)");
     if (mapped[0] && mapped[1] && probe_must(p, probe_access(p, va, 2 * g), "cuMemSetAccess(2 pages, two mappings)")) {
-        CUresult r = probe_drv.unmap(va, 2 * g);
+        CUresult r = probe_drv->unmap(va, 2 * g);
         probe_answer(p, "one unmap over two adjacent mappings", r);
         if (r == CUDA_SUCCESS)
             mapped[0] = mapped[1] = 0;
     }
     pair = probe_must(p, probe_create(p, 2, &h[2]), "cuMemCreate(2 pages)") &&
-           probe_must(p, probe_drv.map(va + 2 * g, 2 * g, 0, h[2], 0), "cuMemMap(2 pages)");
+           probe_must(p, probe_drv->map(va + 2 * g, 2 * g, 0, h[2], 0), "cuMemMap(2 pages)");
     if (pair) {
-        CUresult r = probe_drv.unmap(va + 2 * g, g);
+        CUresult r = probe_drv->unmap(va + 2 * g, g);
         probe_answer(p, "unmap one page of a two-page mapping (documented: refused)", r);
         if (r == CUDA_SUCCESS) /* then the other page is a mapping of its own */
-            pair = !probe_must(p, probe_drv.unmap(va + 3 * g, g), "cuMemUnmap(the other page)");
+            pair = !probe_must(p, probe_drv->unmap(va + 3 * g, g), "cuMemUnmap(the other page)");
         else
-            pair = !probe_must(p, probe_drv.unmap(va + 2 * g, 2 * g), "cuMemUnmap(2 pages)");
+            pair = !probe_must(p, probe_drv->unmap(va + 2 * g, 2 * g), "cuMemUnmap(2 pages)");
     }
     for (int i = 0; i < 2; i++)
         if (mapped[i])
-            probe_must(p, probe_drv.unmap(va + (size_t)i * g, g), "cuMemUnmap(1 page)");
+            probe_must(p, probe_drv->unmap(va + (size_t)i * g, g), "cuMemUnmap(1 page)");
     for (int i = 0; i < 3; i++)
         if (h[i] != 0)
-            probe_must(p, probe_drv.release(h[i]), "cuMemRelease");
+            probe_must(p, probe_drv->release(h[i]), "cuMemRelease");
     if (!pair) /* a mapping left in it (an unmap that failed) keeps the reservation */
-        probe_must(p, probe_drv.address_free(va, 4 * g), "cuMemAddressFree");
+        probe_must(p, probe_drv->address_free(va, 4 * g), "cuMemAddressFree");
 }
 
 /* What probe_times measures: creates and releases of 1, 8 and PROBE_CHUNK_PAGES pages; the calls of a
@@ -245,7 +222,7 @@ static void time_creates(probe *p, probe_timings *t)
             if (!probe_must(p, probe_create(p, probe_create_pages[s], &h), "cuMemCreate (timed)"))
                 break;
             double t1 = probe_now_us();
-            probe_must(p, probe_drv.release(h), "cuMemRelease (timed)");
+            probe_must(p, probe_drv->release(h), "cuMemRelease (timed)");
             series_add(&t->create[s], t1 - t0);
             series_add(&t->release[s], probe_now_us() - t1);
         }
@@ -258,13 +235,13 @@ static void time_run(probe *p, probe_timings *t)
     CUmemGenericAllocationHandle hs[PROBE_MAX_REPS];
     unsigned have = 0, mapped = 0;
     CUdeviceptr va = 0;
-    if (p->failed || !probe_must(p, probe_drv.reserve(&va, n * g, 0, 0, 0), "cuMemAddressReserve (timed)"))
+    if (p->failed || !probe_must(p, probe_drv->address_reserve(&va, n * g, 0, 0, 0), "cuMemAddressReserve (timed)"))
         return;
     for (; have < n && probe_must(p, probe_create(p, 1, &hs[have]), "cuMemCreate (timed run)"); have++) {
     }
     for (; mapped < have; mapped++) {
         double t0 = probe_now_us();
-        if (!probe_must(p, probe_drv.map(va + mapped * g, g, 0, hs[mapped], 0), "cuMemMap (timed)"))
+        if (!probe_must(p, probe_drv->map(va + mapped * g, g, 0, hs[mapped], 0), "cuMemMap (timed)"))
             break;
         series_add(&t->map, probe_now_us() - t0);
     }
@@ -289,12 +266,12 @@ static void time_run(probe *p, probe_timings *t)
     }
     for (unsigned i = 0; i < mapped; i++) {
         double t0 = probe_now_us();
-        if (probe_must(p, probe_drv.unmap(va + i * g, g), "cuMemUnmap (timed)"))
+        if (probe_must(p, probe_drv->unmap(va + i * g, g), "cuMemUnmap (timed)"))
             series_add(&t->unmap, probe_now_us() - t0);
     }
     for (unsigned i = 0; i < have; i++)
-        probe_must(p, probe_drv.release(hs[i]), "cuMemRelease (timed run)");
-    probe_must(p, probe_drv.address_free(va, n * g), "cuMemAddressFree (timed)");
+        probe_must(p, probe_drv->release(hs[i]), "cuMemRelease (timed run)");
+    probe_must(p, probe_drv->address_free(va, n * g), "cuMemAddressFree (timed)");
 }
 
 static void time_chunk(probe *p, probe_timings *t)
@@ -303,23 +280,23 @@ static void time_chunk(probe *p, probe_timings *t)
     for (unsigned i = 0; i < 5 && !p->failed; i++) {
         CUmemGenericAllocationHandle h = 0;
         CUdeviceptr va = 0;
-        if (!probe_must(p, probe_drv.reserve(&va, bytes, 0, 0, 0), "cuMemAddressReserve (chunk)"))
+        if (!probe_must(p, probe_drv->address_reserve(&va, bytes, 0, 0, 0), "cuMemAddressReserve (chunk)"))
             break;
         if (probe_must(p, probe_create(p, PROBE_CHUNK_PAGES, &h), "cuMemCreate (chunk)")) {
             double t0 = probe_now_us();
-            if (probe_must(p, probe_drv.map(va, bytes, 0, h, 0), "cuMemMap (chunk)")) {
+            if (probe_must(p, probe_drv->map(va, bytes, 0, h, 0), "cuMemMap (chunk)")) {
                 double t1 = probe_now_us();
                 int ok = probe_must(p, probe_access(p, va, bytes), "cuMemSetAccess (chunk)");
                 double t2 = probe_now_us();
-                if (probe_must(p, probe_drv.unmap(va, bytes), "cuMemUnmap (chunk)") && ok) {
+                if (probe_must(p, probe_drv->unmap(va, bytes), "cuMemUnmap (chunk)") && ok) {
                     series_add(&t->chunk_map, t1 - t0);
                     series_add(&t->chunk_access, t2 - t1);
                     series_add(&t->chunk_unmap, probe_now_us() - t2);
                 }
             }
-            probe_must(p, probe_drv.release(h), "cuMemRelease (chunk)");
+            probe_must(p, probe_drv->release(h), "cuMemRelease (chunk)");
         }
-        probe_must(p, probe_drv.address_free(va, bytes), "cuMemAddressFree (chunk)");
+        probe_must(p, probe_drv->address_free(va, bytes), "cuMemAddressFree (chunk)");
     }
 }
 
@@ -357,29 +334,11 @@ static void probe_times(probe *p)
 
 static int probe_resolve(FILE *out)
 {
-    const struct {
-        const char *symbol;
-        void *slot;
-    } table[] = {
-        {"cuGetErrorName", &probe_drv.error_name},   {"cuMemGetAllocationGranularity", &probe_drv.granularity},
-        {"cuMemCreate", &probe_drv.create},          {"cuMemRelease", &probe_drv.release},
-        {"cuMemAddressReserve", &probe_drv.reserve}, {"cuMemAddressFree", &probe_drv.address_free},
-        {"cuMemMap", &probe_drv.map},                {"cuMemSetAccess", &probe_drv.set_access},
-        {"cuMemUnmap", &probe_drv.unmap},
-    };
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
-        void *fn = NULL;
-        enum cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
-        cudaError_t err = cudaGetDriverEntryPointByVersion(table[i].symbol, &fn, PROBE_DRIVER_VERSION,
-                                                           cudaEnableDefault, &status);
-        if (err != cudaSuccess || fn == NULL || status != cudaDriverEntryPointSuccess) {
-            fprintf(out, "vmm_probe: no CUDA driver entry point %s (%s): nothing asked\n", table[i].symbol,
-                    err != cudaSuccess ? cudaGetErrorName(err) : "not found");
-            return 0;
-        }
-        memcpy(table[i].slot, &fn, sizeof fn);
-    }
-    return 1;
+    const char *why = "";
+    probe_drv = gp_vmm_driver_get(&why);
+    if (probe_drv == NULL)
+        fprintf(out, "vmm_probe: no CUDA driver entry points: %s: nothing asked\n", why);
+    return probe_drv != NULL;
 }
 
 /* Runs every question and the timings on the current device; returns the exit status (above). */
@@ -398,11 +357,11 @@ int vmm_probe_run(FILE *out, unsigned reps)
     }
     if (!probe_resolve(out))
         return 77;
-    CUmemAllocationProp prop = probe_prop(p.device);
+    CUmemAllocationProp prop = gp_vmm_device_memory(p.device);
     size_t minimum = 0, recommended = 0;
-    if (!probe_must(&p, probe_drv.granularity(&minimum, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+    if (!probe_must(&p, probe_drv->get_allocation_granularity(&minimum, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
                     "cuMemGetAllocationGranularity(minimum)") ||
-        !probe_must(&p, probe_drv.granularity(&recommended, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
+        !probe_must(&p, probe_drv->get_allocation_granularity(&recommended, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
                     "cuMemGetAllocationGranularity(recommended)"))
         return 1;
     p.page = minimum;

@@ -4,11 +4,10 @@
  * cuMemAddressFree), so that the pool can reserve address space once and map and unmap physical
  * pages in it (expandable segments, stitching).
  *
- * The driver API is reached without linking libcuda: the statically linked runtime hands out the
- * driver's entry points (cudaGetDriverEntryPointByVersion), resolved once per process on the first
- * open(). <cuda.h> and <cudaTypedefs.h> are used for types and enums only. On a machine without a
- * driver (or with one older than GP_VMM_DRIVER_VERSION) open() fails with GP_ERR_BACKEND and says
- * which symbol could not be resolved and why; every later open() gives the same answer.
+ * The driver API is reached without linking libcuda, through the entry points vmm_driver.h resolves
+ * once per process (the table bench/gpu/vmm_probe.c asks a GPU about). On a machine without a driver
+ * (or with one older than GP_VMM_DRIVER_VERSION) open() fails with GP_ERR_BACKEND and says which
+ * symbol could not be resolved and why; every later open() gives the same answer.
  *
  * Events, streams, mem_alloc/mem_free and mem_info are the "cuda" backend's (backend_cuda.h): the
  * context begins with a gp_cuda_ctx. Driver calls need a current context: every operation makes the
@@ -26,7 +25,6 @@
  * only unmaps memory no stream of its own uses any more, but the work that last used it may still be
  * in flight on any stream (other threads', the application's), and the pool does not know them all.
  */
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -39,127 +37,34 @@
 
 #include "backend/backend.h"
 #include "backend/backend_cuda.h"
+#include "backend/vmm_driver.h"
 #include "base/error.h"
 #include "base/format.h"
-
-/* The CUDA version whose ABI of each entry point is asked for (12.0: every symbol below exists in it
- * with the signature of the typedefs used; the runtime this library links needs a newer driver
- * anyway). */
-#define GP_VMM_DRIVER_VERSION 12000
-
-/* ---- the driver's entry points, resolved once per process -------------------------------------- */
-
-static struct {
-    PFN_cuGetErrorName_v6000 get_error_name;
-    PFN_cuGetErrorString_v6000 get_error_string;
-    PFN_cuMemGetAllocationGranularity_v10020 get_allocation_granularity;
-    PFN_cuMemCreate_v10020 create;
-    PFN_cuMemRelease_v10020 release;
-    PFN_cuMemAddressReserve_v10020 address_reserve;
-    PFN_cuMemAddressFree_v10020 address_free;
-    PFN_cuMemMap_v10020 map;
-    PFN_cuMemSetAccess_v10020 set_access;
-    PFN_cuMemUnmap_v10020 unmap;
-} driver;
-
-static pthread_once_t driver_once = PTHREAD_ONCE_INIT;
-static int driver_status = GP_ERR_BACKEND;  /* written once, inside driver_once */
-static char driver_message[512];            /* why resolution failed; "" when it succeeded */
-
-/* A function pointer is written from the void * the runtime returns with memcpy: ISO C has no
- * conversion between object and function pointers; POSIX guarantees they share a representation. */
-_Static_assert(sizeof(void *) == sizeof(PFN_cuMemCreate_v10020), "function and object pointers differ in size");
-
-static void resolve_driver(void)
-{
-    const struct {
-        const char *symbol;
-        void *slot; /* the address of the function pointer in `driver` */
-    } table[] = {
-        {"cuGetErrorName", &driver.get_error_name},
-        {"cuGetErrorString", &driver.get_error_string},
-        {"cuMemGetAllocationGranularity", &driver.get_allocation_granularity},
-        {"cuMemCreate", &driver.create},
-        {"cuMemRelease", &driver.release},
-        {"cuMemAddressReserve", &driver.address_reserve},
-        {"cuMemAddressFree", &driver.address_free},
-        {"cuMemMap", &driver.map},
-        {"cuMemSetAccess", &driver.set_access},
-        {"cuMemUnmap", &driver.unmap},
-    };
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
-        void *fn = NULL;
-        enum cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
-        cudaError_t err = cudaGetDriverEntryPointByVersion(table[i].symbol, &fn, GP_VMM_DRIVER_VERSION,
-                                                           cudaEnableDefault, &status);
-        if (err != cudaSuccess) {
-            /* no driver: cudaErrorInsufficientDriver; a driver older than the version: InvalidValue */
-            gp_cuda_clear_own_error(err);
-            snprintf(driver_message, sizeof driver_message,
-                     "cudaGetDriverEntryPointByVersion(\"%s\", version %d, cudaEnableDefault): %s: %s",
-                     table[i].symbol, GP_VMM_DRIVER_VERSION, cudaGetErrorName(err), cudaGetErrorString(err));
-            memset(&driver, 0, sizeof driver);
-            return;
-        }
-        if (fn == NULL || status != cudaDriverEntryPointSuccess) {
-            snprintf(driver_message, sizeof driver_message,
-                     "cudaGetDriverEntryPointByVersion(\"%s\", version %d, cudaEnableDefault): %s",
-                     table[i].symbol, GP_VMM_DRIVER_VERSION,
-                     status == cudaDriverEntryPointVersionNotSufficent
-                         ? "the CUDA driver's version is not sufficient for this symbol"
-                         : "the CUDA driver has no such symbol");
-            memset(&driver, 0, sizeof driver);
-            return;
-        }
-        memcpy(table[i].slot, &fn, sizeof fn);
-    }
-    driver_status = GP_OK;
-}
-
-/* The driver's name and text for `res` ("CUDA_ERROR_OUT_OF_MEMORY", "out of memory"). */
-static void driver_error(CUresult res, const char **name, const char **text)
-{
-    *name = NULL;
-    *text = NULL;
-    if (driver.get_error_name == NULL || driver.get_error_name(res, name) != CUDA_SUCCESS || *name == NULL)
-        *name = "CUDA_ERROR_UNKNOWN_CODE";
-    if (driver.get_error_string == NULL || driver.get_error_string(res, text) != CUDA_SUCCESS || *text == NULL)
-        *text = "unrecognized error code";
-}
 
 /* ---- the instance ------------------------------------------------------------------------------ */
 
 typedef struct gp_vmm_ctx {
     gp_cuda_ctx cuda;   /* first: the gp_cuda_* operations take this context as theirs */
+    const gp_vmm_driver *driver; /* the resolved entry points (vmm_driver.h) */
     size_t granularity; /* cuMemGetAllocationGranularity(MINIMUM) of the device's pinned memory */
 } gp_vmm_ctx;
-
-/* Physical memory of the pool's device: pinned, on the device, no shareable handle. */
-static CUmemAllocationProp device_memory_prop(int device)
-{
-    CUmemAllocationProp prop;
-    memset(&prop, 0, sizeof prop);
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = device;
-    return prop;
-}
 
 /* pre: device >= 0. post: *ctx serves `device` (primary context initialised, entry points resolved,
  * granularity known). GP_ERR_BACKEND when the driver, its VMM API or the device cannot be used. */
 static int vmm_open(const struct gp_config *cfg, int device, void **out)
 {
     (void)cfg;
-    pthread_once(&driver_once, resolve_driver);
-    if (driver_status != GP_OK)
+    const char *why = "";
+    const gp_vmm_driver *driver = gp_vmm_driver_get(&why);
+    if (driver == NULL)
         return gp_error_set(GP_ERR_BACKEND,
                             "vmm backend unavailable: cannot resolve the CUDA driver's virtual memory API "
                             "through the runtime (is an NVIDIA driver installed?): %s",
-                            driver_message);
+                            why);
 
     gp_vmm_ctx probe;
     memset(&probe, 0, sizeof probe);
+    probe.driver = driver;
     int rc = gp_cuda_open_device("vmm", device, &probe.cuda);
     if (rc != GP_OK)
         return rc;
@@ -170,14 +75,14 @@ static int vmm_open(const struct gp_config *cfg, int device, void **out)
         gp_error_append(" (vmm backend unavailable for device %d)", device);
         return GP_ERR_BACKEND;
     }
-    CUmemAllocationProp prop = device_memory_prop(device);
+    CUmemAllocationProp prop = gp_vmm_device_memory(device);
     size_t granularity = 0;
-    CUresult res = driver.get_allocation_granularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    CUresult res = driver->get_allocation_granularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
     gp_cuda_device_leave(&probe.cuda, prev);
     if (res != CUDA_SUCCESS || granularity == 0) {
         const char *name = "CUDA_SUCCESS", *text = "granularity 0";
         if (res != CUDA_SUCCESS)
-            driver_error(res, &name, &text);
+            gp_vmm_driver_error(res, &name, &text);
         /* CUDA_ERROR_NOT_SUPPORTED: a device without virtual memory management */
         return gp_error_set(GP_ERR_BACKEND,
                             "vmm backend unavailable: cuMemGetAllocationGranularity(type=PINNED, "
@@ -222,7 +127,7 @@ static int driver_failed(const gp_vmm_ctx *ctx, CUresult res, int code, const ch
     vsnprintf(call, sizeof call, fmt, ap);
     va_end(ap);
     const char *name, *why;
-    driver_error(res, &name, &why);
+    gp_vmm_driver_error(res, &name, &why);
     return gp_error_set(code, "%s on device %d: %s: %s", call, ctx->cuda.device, name, why);
 }
 
@@ -233,20 +138,9 @@ static void note_failed_undo(CUresult undo, gp_devptr va, size_t size)
     if (undo == CUDA_SUCCESS)
         return;
     const char *name, *why;
-    driver_error(undo, &name, &why);
+    gp_vmm_driver_error(undo, &name, &why);
     gp_error_append("; undoing it, cuMemUnmap(ptr=0x%llx, size=%zu) failed too: %s: %s", (unsigned long long)va,
                     size, name, why);
-}
-
-/* Read and write access for the pool's device over [va, va+size), whole mappings. */
-static CUresult set_device_access(const gp_vmm_ctx *ctx, gp_devptr va, size_t size)
-{
-    CUmemAccessDesc access;
-    memset(&access, 0, sizeof access);
-    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access.location.id = ctx->cuda.device;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    return driver.set_access((CUdeviceptr)va, size, &access, 1);
 }
 
 /* The device synchronize before unmapping (see the file's header); `what` names the unmap for the
@@ -276,7 +170,7 @@ static int vmm_va_reserve(void *opaque, size_t size, gp_devptr *out)
         return rc;
     CUdeviceptr va = 0;
     enum cudaStreamCaptureMode mode = gp_cuda_relax(); /* growth may happen while a graph is captured */
-    CUresult res = driver.address_reserve(&va, size, ctx->granularity, 0, 0);
+    CUresult res = ctx->driver->address_reserve(&va, size, ctx->granularity, 0, 0);
     gp_cuda_unrelax(mode);
     gp_cuda_device_leave(&ctx->cuda, prev);
     if (res != CUDA_SUCCESS)
@@ -296,7 +190,7 @@ static int vmm_va_release(void *opaque, gp_devptr va, size_t size)
     int rc = gp_cuda_device_enter(&ctx->cuda, "va_release", &prev);
     if (rc != GP_OK)
         return rc;
-    CUresult res = driver.address_free((CUdeviceptr)va, size);
+    CUresult res = ctx->driver->address_free((CUdeviceptr)va, size);
     gp_cuda_device_leave(&ctx->cuda, prev);
     if (res != CUDA_SUCCESS)
         return driver_failed(ctx, res, GP_ERR_DEVICE, "cuMemAddressFree(ptr=0x%llx, size=%zu (%s))",
@@ -313,10 +207,10 @@ static int vmm_phys_create(void *opaque, size_t size, gp_phys *out)
     int rc = gp_cuda_device_enter(&ctx->cuda, "phys_create", &prev);
     if (rc != GP_OK)
         return rc;
-    CUmemAllocationProp prop = device_memory_prop(ctx->cuda.device);
+    CUmemAllocationProp prop = gp_vmm_device_memory(ctx->cuda.device);
     CUmemGenericAllocationHandle handle = 0;
     enum cudaStreamCaptureMode mode = gp_cuda_relax();
-    CUresult res = driver.create(&handle, size, &prop, 0);
+    CUresult res = ctx->driver->create(&handle, size, &prop, 0);
     gp_cuda_unrelax(mode);
     gp_cuda_device_leave(&ctx->cuda, prev);
     if (res != CUDA_SUCCESS)
@@ -335,7 +229,7 @@ static int vmm_phys_release(void *opaque, gp_phys handle)
     int rc = gp_cuda_device_enter(&ctx->cuda, "phys_release", &prev);
     if (rc != GP_OK)
         return rc;
-    CUresult res = driver.release((CUmemGenericAllocationHandle)handle);
+    CUresult res = ctx->driver->release((CUmemGenericAllocationHandle)handle);
     gp_cuda_device_leave(&ctx->cuda, prev);
     if (res != CUDA_SUCCESS)
         return driver_failed(ctx, res, GP_ERR_DEVICE, "cuMemRelease(handle=0x%llx)", (unsigned long long)handle);
@@ -353,12 +247,12 @@ static int vmm_map(void *opaque, gp_devptr va, size_t size, gp_phys handle)
     if (rc != GP_OK)
         return rc;
     enum cudaStreamCaptureMode mode = gp_cuda_relax(); /* growth may happen while a graph is captured */
-    CUresult res = driver.map((CUdeviceptr)va, size, 0, (CUmemGenericAllocationHandle)handle, 0);
+    CUresult res = ctx->driver->map((CUdeviceptr)va, size, 0, (CUmemGenericAllocationHandle)handle, 0);
     if (res == CUDA_SUCCESS) {
-        CUresult access = set_device_access(ctx, va, size);
+        CUresult access = gp_vmm_set_device_access((CUdeviceptr)va, size, ctx->cuda.device);
         if (access != CUDA_SUCCESS) {
             /* undo: a mapping nobody may access must not stay behind */
-            CUresult undo = driver.unmap((CUdeviceptr)va, size);
+            CUresult undo = ctx->driver->unmap((CUdeviceptr)va, size);
             rc = driver_failed(ctx, access, GP_ERR_DEVICE,
                                "cuMemSetAccess(ptr=0x%llx, size=%zu (%s), PROT_READWRITE) after "
                                "cuMemMap(handle=0x%llx)",
@@ -388,7 +282,7 @@ static int vmm_unmap(void *opaque, gp_devptr va, size_t size)
     rc = synchronize_before_unmap(ctx, prev, "cuMemUnmap", va, size);
     if (rc != GP_OK)
         return rc;
-    CUresult res = driver.unmap((CUdeviceptr)va, size);
+    CUresult res = ctx->driver->unmap((CUdeviceptr)va, size);
     gp_cuda_device_leave(&ctx->cuda, prev);
     if (res != CUDA_SUCCESS)
         return driver_failed(ctx, res, GP_ERR_DEVICE, "cuMemUnmap(ptr=0x%llx, size=%zu (%s))", (unsigned long long)va,
@@ -410,14 +304,14 @@ static int vmm_map_run(void *opaque, gp_devptr va, size_t page, const gp_phys *h
     size_t done = 0;
     CUresult res = CUDA_SUCCESS;
     for (; done < n; done++) {
-        res = driver.map((CUdeviceptr)va + (CUdeviceptr)done * page, page, 0,
+        res = ctx->driver->map((CUdeviceptr)va + (CUdeviceptr)done * page, page, 0,
                          (CUmemGenericAllocationHandle)handles[done], 0);
         if (res != CUDA_SUCCESS)
             break;
     }
     const char *what = "cuMemMap";
     if (res == CUDA_SUCCESS) {
-        res = set_device_access(ctx, va, n * page);
+        res = gp_vmm_set_device_access((CUdeviceptr)va, n * page, ctx->cuda.device);
         what = "cuMemSetAccess";
     }
     if (res != CUDA_SUCCESS) {
@@ -425,7 +319,7 @@ static int vmm_map_run(void *opaque, gp_devptr va, size_t page, const gp_phys *h
                            (unsigned long long)va, gp_format_size(page, text), done);
         for (size_t i = 0; i < done; i++) { /* undo: no mapping nobody may access stays behind */
             gp_devptr at = va + i * page;
-            note_failed_undo(driver.unmap((CUdeviceptr)at, page), at, page);
+            note_failed_undo(ctx->driver->unmap((CUdeviceptr)at, page), at, page);
         }
     }
     gp_cuda_unrelax(mode);
@@ -451,7 +345,7 @@ static int unmap_after_one_sync(const gp_vmm_ctx *ctx, const gp_devptr *vas, gp_
         return rc;
     for (; *done < n; (*done)++) {
         gp_devptr at = vas != NULL ? vas[*done] : va + *done * page;
-        CUresult res = driver.unmap((CUdeviceptr)at, page);
+        CUresult res = ctx->driver->unmap((CUdeviceptr)at, page);
         if (res != CUDA_SUCCESS) {
             gp_cuda_device_leave(&ctx->cuda, prev);
             return driver_failed(ctx, res, GP_ERR_DEVICE, "cuMemUnmap(ptr=0x%llx, size=%zu (%s))",
