@@ -76,6 +76,17 @@ gp_block *gp_provider_take(gp_pool_state *p, gp_stream_state *st, gp_segment *se
  * (provider/segment.c) */
 bool gp_stream_idle(gp_pool_state *p, gp_stream_state *st);
 
+/*
+ * Whether `taker` may use owner's free memory from now on: owner is idle (gp_stream_idle), or, with
+ * reuse_wait and both of one tenant, owner's fence is recorded and taker's stream can be made to wait
+ * on it (the fence covers every free into owner's heap: stream-ordered reuse by an event, as
+ * cudaMallocAsync's internal dependencies). With `commit` that wait is made (cudaStreamWaitEvent):
+ * call it so once the memory is taken, without it to choose; a failed wait answers false. owner
+ * locked. Across tenants only idleness counts: one model's stream never waits on another model's
+ * work (their latencies stay apart). (provider/segment.c)
+ */
+bool gp_stream_reusable(gp_pool_state *p, gp_stream_state *owner, gp_stream_state *taker, bool commit);
+
 /* Counts an OOM and fills the thread's message for a request the device cannot hold. */
 int gp_provider_out_of_memory(gp_pool_state *p, size_t size, gp_stream stream);
 

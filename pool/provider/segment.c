@@ -49,6 +49,21 @@ bool gp_stream_idle(gp_pool_state *p, gp_stream_state *st)
     return fence_ready(p, st, &recorded);
 }
 
+bool gp_stream_reusable(gp_pool_state *p, gp_stream_state *owner, gp_stream_state *taker, bool commit)
+{
+    bool recorded;
+    if (fence_ready(p, owner, &recorded))
+        return true;
+    if (!p->cfg.reuse_wait || !recorded || owner->tenant != taker->tenant || owner->handle == taker->handle)
+        return false;
+    if (!commit)
+        return true;
+    if (p->ops->stream_wait_event(p->ctx, taker->handle, owner->fence) != GP_OK)
+        return false;
+    atomic_fetch_add(&p->num_stream_waits, 1);
+    return true;
+}
+
 /*
  * Takes the smallest wholly free segment of another stream that fits `size`: only one whose owner's
  * fence has completed or, when `wait`, one whose fence st is then made to wait on. The segment is
@@ -74,7 +89,8 @@ static gp_segment *steal_segment(gp_pool_state *p, gp_stream_state *st, size_t s
         gp_stream_state *owner = seg->owner;
         pthread_mutex_lock(&owner->lock);
         bool recorded = false;
-        bool usable = gp_segment_wholly_free(seg) && (fence_ready(p, owner, &recorded) || (wait && recorded));
+        bool may_wait = wait || (p->cfg.reuse_wait && owner->tenant == st->tenant);
+        bool usable = gp_segment_wholly_free(seg) && (fence_ready(p, owner, &recorded) || (may_wait && recorded));
         pthread_mutex_unlock(&owner->lock);
         if (usable)
             best = seg;
@@ -87,7 +103,8 @@ static gp_segment *steal_segment(gp_pool_state *p, gp_stream_state *st, size_t s
     bool recorded = false;
     if (gp_segment_wholly_free(best)) { /* the owner may have allocated from it since */
         bool ready = fence_ready(p, owner, &recorded);
-        if (!ready && wait && recorded && p->ops->stream_wait_event(p->ctx, st->handle, owner->fence) == GP_OK) {
+        bool may_wait = wait || (p->cfg.reuse_wait && owner->tenant == st->tenant);
+        if (!ready && may_wait && recorded && p->ops->stream_wait_event(p->ctx, st->handle, owner->fence) == GP_OK) {
             atomic_fetch_add(&p->num_stream_waits, 1);
             ready = true;
         }

@@ -302,7 +302,7 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small,
 /*
  * Takes the range of another stream of st's tenant with the fewest mapped bytes that holds `size`
  * bytes and nothing live (every block FREE or UNMAPPED: gp_segment_unused), once its owner's work is
- * done (gp_stream_idle): the range changes owner with its mapped pages and its UNMAPPED address space,
+ * done or st's stream waits on it (gp_stream_reusable): the range changes owner with its mapped pages and its UNMAPPED address space,
  * so the new owner can also grow it in place. Returned with owner == st and its FREE blocks on no list
  * (gp_provider_take puts them in st's heap). NULL when none may be taken.
  */
@@ -320,7 +320,7 @@ static gp_segment *steal_range(gp_pool_state *p, gp_stream_state *st, size_t siz
         gp_stream_state *owner = seg->owner;
         pthread_mutex_lock(&owner->lock);
         bool usable = (seg->aliased == 0 ? gp_segment_unused(seg) : gp_alias_small_only_loans(p, seg)) &&
-                      gp_stream_idle(p, owner);
+                      gp_stream_reusable(p, owner, st, false);
         pthread_mutex_unlock(&owner->lock);
         if (usable)
             best = seg;
@@ -329,8 +329,8 @@ static gp_segment *steal_range(gp_pool_state *p, gp_stream_state *st, size_t siz
         return NULL;
     gp_stream_state *owner = best->owner;
     pthread_mutex_lock(&owner->lock);
-    /* the owner may have used it since; its small heap's loans end first (its work is done) */
-    bool taken = gp_stream_idle(p, owner) && (best->aliased == 0 || gp_alias_small_only_loans(p, best)) &&
+    /* the owner may have used it since; its small heap's loans end first (unmapping them synchronizes) */
+    bool taken = (best->aliased == 0 || gp_alias_small_only_loans(p, best)) && gp_stream_reusable(p, owner, st, true) &&
                  gp_alias_small_recall(p, best) && gp_segment_unused(best);
     if (taken) {
         for (gp_block *b = best->first; b != NULL; b = b->next)
@@ -347,7 +347,8 @@ static gp_segment *steal_range(gp_pool_state *p, gp_stream_state *st, size_t siz
 
 /*
  * Borrowing: the smallest free block that fits among the heaps (of kind `small`) of the other streams of
- * st's tenant whose work is done (gp_stream_idle), handed out to st without a device or map call. The
+ * st's tenant whose work is done, or whose work st's stream then waits on (gp_stream_reusable: the
+ * lender's fence event), handed out to st without a device or map call. The
  * block stays in its lender's range and live map, with st recorded as its user, so that its free on st
  * takes the cross-stream path (api/free.c): it becomes PENDING on an event recorded on st and returns
  * to the lender's heap once st's work on it has completed. Several models (or replicas) on one GPU
@@ -373,7 +374,7 @@ static gp_block *borrow(gp_pool_state *p, gp_stream_state *st, size_t rsize, siz
             gp_pending_collect(p, o, 0);
             fit = gp_heap_fit(heap, rsize);
         }
-        if (fit != 0 && (best == 0 || fit < best) && gp_stream_idle(p, o)) {
+        if (fit != 0 && (best == 0 || fit < best) && gp_stream_reusable(p, o, st, false)) {
             lender = o;
             best = fit;
         }
@@ -383,7 +384,8 @@ static gp_block *borrow(gp_pool_state *p, gp_stream_state *st, size_t rsize, siz
         return NULL;
     pthread_mutex_lock(&lender->lock);
     gp_block *b = NULL;
-    if (gp_stream_idle(p, lender) && gp_block_map_reserve(&lender->live))
+    if (gp_block_map_reserve(&lender->live) && gp_heap_fit(gp_heap_of(lender, small), rsize) != 0 &&
+        gp_stream_reusable(p, lender, st, true))
         b = gp_heap_take(gp_heap_of(lender, small), &lender->blocks, rsize);
     if (b != NULL) {
         gp_hand_out(p, lender, b, size);

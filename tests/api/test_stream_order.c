@@ -11,7 +11,9 @@
  *   - a free on T of a block allocated on S waits for T's work;
  *   - destroy with pending blocks leaks nothing;
  *   - on device OOM, T takes S's busy free segment by waiting on S's event (steal_wait), or, with
- *     steal_wait off, by releasing it (which synchronises the device).
+ *     steal_wait off, by releasing it (which synchronises the device);
+ *   - on virtual memory, T borrows S's free block while S's kernel on it still runs by waiting on S's
+ *     fence (reuse_wait), and with reuse_wait off gets other memory.
  * A test may fail by a race, a pattern mismatch, a bad device call, or a leak the sim reports.
  */
 #include <criterion/criterion.h>
@@ -31,9 +33,9 @@ static gp_pool *pool;
 static gp_sim *sim;
 static gp_stream S, T;
 
-static void open_pool(const char *config)
+static void open_pool_on(const char *backend, const char *config)
 {
-    int rc = gp_pool_create(&pool, 0, "sim", config);
+    int rc = gp_pool_create(&pool, 0, backend, config);
     cr_assert_eq(rc, GP_OK, "gp_pool_create(%s): %s", config, gp_last_error());
     sim = gp_sim_of(pool);
     cr_assert_not_null(sim);
@@ -41,6 +43,11 @@ static void open_pool(const char *config)
     S = gp_sim_stream_create(sim);
     T = gp_sim_stream_create(sim);
     cr_assert(S != NULL && T != NULL && S != T);
+}
+
+static void open_pool(const char *config)
+{
+    open_pool_on("sim", config);
 }
 
 static gp_stats stats(void)
@@ -210,6 +217,56 @@ Test(stream_order, large_block_not_handed_to_other_stream_while_busy)
 Test(stream_order, huge_block_not_handed_to_other_stream_while_busy)
 {
     not_handed_to_busy_other_stream(24 * MIB);
+}
+
+/* ---- reuse by waiting (reuse_wait) ------------------------------------------------------------- */
+
+/*
+ * On virtual memory, S holds a range with one live block k and one free block p that S's long kernel
+ * still uses. T, with no memory of its own, asks for p's size: the range cannot change owner (k is
+ * live), so T borrows p (a free block of another stream of its tenant). With reuse_wait (the default)
+ * it may do so at once: T's stream is made to wait on S's fence, so T's kernels on the block run after
+ * S's, and the sim sees no race and T's pattern holds; nothing new is reserved. With reuse_wait off the
+ * block stays S's while S is busy: T gets memory of its own, without a wait.
+ */
+static void borrow_from_busy_stream(bool reuse_wait)
+{
+    open_pool_on("sim-vmm", reuse_wait ? "device_memory:256MiB" : "device_memory:256MiB,reuse_wait:off");
+    size_t size = 6 * MIB;
+    void *p = alloc_on(size, S);
+    void *k = alloc_on(size, S);
+    launch(S, p, size, GP_SIM_WRITE, 1, LONG_NS);
+    free_on(p, S);
+
+    gp_stats before = stats();
+    void *q = alloc_on(size, T);
+    gp_stats after = stats();
+    bool in_s_range = (uintptr_t)q + size > (uintptr_t)p && (uintptr_t)q < (uintptr_t)p + size;
+    if (reuse_wait) {
+        cr_assert(in_s_range, "T should borrow S's free block at %p, got %p", p, q);
+        cr_assert_eq(after.num_stream_waits, before.num_stream_waits + 1, "T's stream must wait on S's fence");
+        cr_assert_eq(after.reserved_bytes, before.reserved_bytes, "a borrow reserves nothing new");
+    } else {
+        cr_assert(!in_s_range, "S's block %p is busy: T got %p inside it without reuse_wait", p, q);
+        cr_assert_eq(after.num_stream_waits, before.num_stream_waits, "reuse_wait:off made a stream wait");
+    }
+    launch(T, q, size, GP_SIM_WRITE, 2, SHORT_NS);
+    launch(T, q, size, GP_SIM_CHECK, 2, SHORT_NS);
+    gp_sim_synchronize(sim);
+    assert_clean("T uses what it got while S's kernel ran");
+    free_on(q, T);
+    free_on(k, S);
+    close_pool(0);
+}
+
+Test(stream_order, vmm_borrow_from_busy_stream_waits_on_its_fence)
+{
+    borrow_from_busy_stream(true);
+}
+
+Test(stream_order, vmm_borrow_from_busy_stream_refused_without_reuse_wait)
+{
+    borrow_from_busy_stream(false);
 }
 
 /* ---- steal after completion -------------------------------------------------------------------- */
@@ -642,7 +699,8 @@ Test(stream_order, oom_busy_segment_with_default_policy)
  * for all device work, as cudaFree does) and allocating anew. */
 Test(stream_order, oom_without_steal_wait_releases_and_retries)
 {
-    open_pool("device_memory:64MiB,steal_wait:false,cache_slack:off");
+    /* reuse_wait off too: within a tenant it would wait as well (the vmm tests above) */
+    open_pool("device_memory:64MiB,steal_wait:false,reuse_wait:off,cache_slack:off");
     const size_t size = 64 * MIB;
     void *p = alloc_on(size, S);
     launch(S, p, size, GP_SIM_WRITE, 1, LONG_NS);
