@@ -40,6 +40,11 @@ static const char replay_usage[] =
     "                        per-call costs (microseconds) of the device-time model of the first and last\n"
     "                        pass (warmup, last_pass_calls); any of them, the others keep the published\n"
     "                        A100 figures (193, 1.5, 26, 36; sync 0); bench/gpu/vmm_probe prints measured ones\n"
+    "  --stream-work F       work on the streams, F from 0 (none: the default) to 1: the trace's Time column\n"
+    "                        becomes the GPU's clock and each event uses its block on its stream for F x\n"
+    "                        the time to that stream's next event (at 1 a stream is busy from each event\n"
+    "                        to the next), so that memory moves between streams only as a GPU's events\n"
+    "                        allow; a block used by two streams at once is a race (reported; exit 1)\n"
     "  --check               check the pool's invariants (gp_check) after every pass, with what the pass\n"
     "                        left live and after it is freed; a failed check fails the replay (exit 1)\n"
     "  --plot FILE.svg       draw live and reserved bytes over the replay(s) into FILE.svg\n"
@@ -181,6 +186,12 @@ static void print_text(const gp_trace *t, const gp_replay_result *r)
     printf("  page floor            %.3f x live (peak live in 512 B granules, in whole 2 MiB pages)\n",
            r->peak_live_bytes ? (double)r->page_floor_bytes / (double)r->peak_live_bytes : 0.0);
     print_peak(&r->peak, r->allocations_per_pass);
+    if (r->stream_work > 0)
+        printf("  stream work           %g of each gap between a stream's events: %llu kernels, %llu races\n",
+               r->stream_work, (unsigned long long)r->kernels, (unsigned long long)r->races);
+    if (r->races + r->bad_calls > 0)
+        printf("  simulated GPU         %llu races, %llu bad calls (first: %s)\n", (unsigned long long)r->races,
+               (unsigned long long)r->bad_calls, r->first_violation);
     printf("  failed allocations    %llu\n", (unsigned long long)r->failed_allocations);
     printf("  failed frees          %llu\n", (unsigned long long)r->failed_frees);
     if (r->first_failure[0])
@@ -250,6 +261,10 @@ static void print_json_trace(FILE *f, const gp_trace *t, const gp_replay_result 
     json_calls(f, &r->last);
     fprintf(f, ",\"call_costs_us\":{\"create\":%g,\"map\":%g,\"unmap\":%g,\"access\":%g,\"sync\":%g}",
             r->costs.create_us, r->costs.map_us, r->costs.unmap_us, r->costs.set_access_us, r->costs.sync_us);
+    fprintf(f, ",\"stream_work\":%g,\"kernels\":%llu,\"races\":%llu,\"bad_calls\":%llu,\"first_violation\":",
+            r->stream_work, (unsigned long long)r->kernels, (unsigned long long)r->races,
+            (unsigned long long)r->bad_calls);
+    json_string(f, r->first_violation);
     fputs(",\"conf\":", f);
     json_string(f, conf);
     fputs(",\"first_failure\":", f);
@@ -298,7 +313,7 @@ int gp_cmd_replay(int argc, char **argv)
     const char *compare = NULL;
     unsigned repeat = 1;
     int json = 0, repeat_given = 0, processes = 0, check = 0, costs_given = 0;
-    double speed = 0;
+    double speed = 0, stream_work = 0;
     gp_call_costs costs = gp_call_costs_published();
     const char *snapshot = NULL;
     unsigned snapshot_flags = 0;
@@ -337,9 +352,9 @@ int gp_cmd_replay(int argc, char **argv)
             break;
         }
         const char *names[] = {"--device-memory", "--conf", "--repeat", "--plot", "--model", "--snapshot-format",
-                               "--snapshot", "--speed", "--compare", "--call-costs"};
+                               "--snapshot", "--speed", "--compare", "--call-costs", "--stream-work"};
         int which = -1;
-        for (int k = 0; k < 10; k++) {
+        for (int k = 0; k < 11; k++) {
             size_t n = strlen(names[k]);
             if (strncmp(a, names[k], n) == 0 && (a[n] == '\0' || a[n] == '=')) {
                 which = k;
@@ -398,6 +413,15 @@ int gp_cmd_replay(int argc, char **argv)
                 free(model_specs);
                 return 2;
             }
+        } else if (which == 10) {
+            char *end;
+            stream_work = strtod(value, &end);
+            if (*end != '\0' || end == value || !(stream_work >= 0.0 && stream_work <= 1.0)) {
+                fprintf(stderr, "gpupool replay: --stream-work %s: expected a fraction from 0 (no work) to 1 "
+                                "(each stream busy until its next event)\n", value);
+                status = 2;
+                goto done;
+            }
         } else if (which == 9) {
             costs_given = 1;
             char err[256];
@@ -428,9 +452,10 @@ int gp_cmd_replay(int argc, char **argv)
         if (first_trace < argc) {
             fprintf(stderr, "gpupool replay: give traces either as --model NAME=TRACE or plainly, not both\n");
             status = 2;
-        } else if (repeat_given || plot != NULL || check || costs_given) {
+        } else if (repeat_given || plot != NULL || check || costs_given || stream_work > 0) {
             fprintf(stderr, "gpupool replay: %s does not apply to --model (the models replay once, together)\n",
-                    repeat_given ? "--repeat" : plot != NULL ? "--plot" : check ? "--check" : "--call-costs");
+                    repeat_given ? "--repeat" : plot != NULL ? "--plot" : check ? "--check"
+                    : costs_given ? "--call-costs" : "--stream-work");
             status = 2;
         } else {
             status = gp_replay_models(model_specs, num_models, dm, conf, json, snapshot, snapshot_flags, processes,
@@ -489,7 +514,8 @@ int gp_cmd_replay(int argc, char **argv)
                     path, trace.double_allocs, trace.double_allocs == 1 ? "" : "s", path,
                     trace.first_double_alloc_line);
         gp_replay_options opt = {.device_memory = dm, .conf = conf, .repeat = repeat, .snapshot = snapshot,
-                                 .snapshot_flags = snapshot_flags, .check = check, .costs = &costs};
+                                 .snapshot_flags = snapshot_flags, .check = check, .costs = &costs,
+                                 .stream_work = stream_work};
         gp_replay_result *res = malloc(sizeof *res);
         if (res == NULL) {
             fprintf(stderr, "gpupool replay: out of host memory\n");
@@ -527,6 +553,12 @@ int gp_cmd_replay(int argc, char **argv)
                     res->first_check_failure);
             status = 1;
         }
+        if (res->races + res->bad_calls > 0) { /* the pool gave the device a call or a block it must not */
+            fprintf(stderr, "gpupool replay: %s: the simulated GPU saw %llu race%s and %llu bad call%s (first: %s)\n",
+                    path, (unsigned long long)res->races, res->races == 1 ? "" : "s",
+                    (unsigned long long)res->bad_calls, res->bad_calls == 1 ? "" : "s", res->first_violation);
+            status = 1;
+        }
         if (res->failed_frees > 0) { /* the blocks stayed live and were freed at each pass's end */
             fprintf(stderr, "gpupool replay: %s: %llu free%s failed (first: %s)\n", path,
                     (unsigned long long)res->failed_frees, res->failed_frees == 1 ? "" : "s", res->first_failure);
@@ -554,6 +586,7 @@ int gp_cmd_replay(int argc, char **argv)
                 opt.observe = plot_observe;
                 opt.opaque = pd;
                 opt.snapshot = NULL; /* written by the timed run */
+                opt.stream_work = 0; /* the observed run is the plain one: the plot shows its figures */
                 if (gp_replay_run(&trace, &opt, observed, err, sizeof err) != 0) {
                     fprintf(stderr, "gpupool replay: %s: %s\n", path, err);
                     status = 1;

@@ -60,6 +60,10 @@ typedef struct replay_state {
     uint64_t peak_live;
     uint64_t live_rounded; /* live with every size rounded up to the granule: the page floor's input */
     uint64_t peak_live_rounded;
+    /* Stream work (gp_replay_options.stream_work): per event, its time from the trace's first event and
+     * the time to the next event on its stream (0 for a stream's last), both in ns; NULL without. */
+    uint64_t *at_ns, *gap_ns;
+    uint64_t kernels;
 } replay_state;
 
 #define REPLAY_GRANULE 512u                /* the pool's (and cudaMalloc's) allocation granule */
@@ -116,6 +120,90 @@ static void run_pass(const gp_trace *t, replay_state *s, gp_replay_result *r)
     s->peak_live = peak;
     s->live_rounded = rounded;
     s->peak_live_rounded = peak_rounded;
+}
+
+/*
+ * The event times of stream work (replay.h: stream_work): at_ns[i] from the first event, gap_ns[i] to
+ * the next event on the same stream. A time earlier than the one before it (threads of one trace
+ * whose clocks differ) counts as that one: the GPU's clock only moves forward. false: out of memory.
+ */
+static bool stream_work_times(const gp_trace *t, replay_state *s)
+{
+    size_t n = t->num_events ? t->num_events : 1;
+    s->at_ns = calloc(n, sizeof *s->at_ns);
+    s->gap_ns = calloc(n, sizeof *s->gap_ns);
+    size_t *last = calloc(t->num_streams ? t->num_streams : 1, sizeof *last); /* per stream: index + 1 */
+    if (s->at_ns == NULL || s->gap_ns == NULL || last == NULL) {
+        free(last);
+        return false;
+    }
+    uint64_t first = t->num_events ? t->events[0].time_us : 0, at = 0;
+    for (size_t i = 0; i < t->num_events; i++) {
+        const gp_trace_event *ev = &t->events[i];
+        uint64_t us = ev->time_us > first ? ev->time_us - first : 0;
+        uint64_t ns = us > UINT64_MAX / 1000u ? UINT64_MAX : us * 1000u;
+        at = ns > at ? ns : at;
+        s->at_ns[i] = at;
+        size_t prev = last[ev->stream];
+        if (prev != 0)
+            s->gap_ns[prev - 1] = at - s->at_ns[prev - 1];
+        last[ev->stream] = i + 1;
+    }
+    free(last);
+    return true;
+}
+
+/* A kernel on `stream` that uses [p, p + size) for `ns` (GP_SIM_USE); a failed launch is the sim's
+ * violation (a block the pool handed out that is not device memory), counted in its report. */
+static void use_block(replay_state *s, gp_stream stream, const void *p, size_t size, uint64_t ns)
+{
+    s->kernels++;
+    (void)gp_sim_launch(s->sim, stream, p, size, GP_SIM_USE, 0, ns);
+}
+
+/* The pass with stream work (replay.h: stream_work): the simulated clock follows the trace's, and each
+ * event's block is used on its stream until that stream's next event (times the fraction). */
+static void run_pass_worked(const gp_trace *t, replay_state *s, gp_replay_result *r, double fraction)
+{
+    uint64_t base = gp_sim_now(s->sim);
+    for (size_t i = 0; i < t->num_events; i++) {
+        const gp_trace_event *ev = &t->events[i];
+        uint64_t now = gp_sim_now(s->sim), due = base + s->at_ns[i];
+        if (due > now)
+            gp_sim_advance(s->sim, due - now);
+        uint64_t work = (uint64_t)((double)s->gap_ns[i] * fraction);
+        gp_stream stream = s->streams[ev->stream];
+        if (ev->kind == GP_EV_ALLOC) {
+            void *p;
+            int rc = gp_alloc(s->pool, &p, ev->size, stream);
+            if (rc == GP_OK) {
+                s->ptrs[ev->slot] = p;
+                if (p != NULL)
+                    use_block(s, stream, p, ev->size, work);
+                s->live += ev->size;
+                s->live_rounded += granule_round(ev->size);
+                if (s->live > s->peak_live)
+                    s->peak_live = s->live;
+                if (s->live_rounded > s->peak_live_rounded)
+                    s->peak_live_rounded = s->live_rounded;
+            } else {
+                r->failed_allocations++;
+                note_failure(r, "allocate", rc);
+            }
+        } else if (ev->kind == GP_EV_FREE && s->ptrs[ev->slot] != NULL) {
+            if (t->slot_stream[ev->slot] == ev->stream) /* its last use, ordered before the free */
+                use_block(s, stream, s->ptrs[ev->slot], ev->size, work);
+            int rc = gp_free(s->pool, s->ptrs[ev->slot], stream);
+            if (rc != GP_OK) { /* still live in the pool: free_live frees it on its own stream */
+                r->failed_frees++;
+                note_failure(r, "free", rc);
+            } else {
+                s->ptrs[ev->slot] = NULL;
+                s->live -= ev->size;
+                s->live_rounded -= granule_round(ev->size);
+            }
+        }
+    }
 }
 
 /* The observed pass: the same, with a stats snapshot and a callback after every event. */
@@ -325,6 +413,21 @@ int gp_replay_run(const gp_trace *trace, const gp_replay_options *options, gp_re
     s.streams = calloc(trace->num_streams ? trace->num_streams : 1, sizeof *s.streams);
     s.ptrs = calloc(trace->num_allocs ? trace->num_allocs : 1, sizeof *s.ptrs);
     int ret = 0;
+    double work = o->stream_work;
+    if (!(work >= 0.0 && work <= 1.0)) {
+        ret = fail(err, errlen, "stream work %g: expected a fraction from 0 (no work) to 1 (each stream busy "
+                   "until its next event)", work);
+        goto out;
+    }
+    r->stream_work = work;
+    if (work > 0.0 && o->observe != NULL) {
+        ret = fail(err, errlen, "stream work is not replayed with an observer (--plot)");
+        goto out;
+    }
+    if (work > 0.0 && !stream_work_times(trace, &s)) {
+        ret = fail(err, errlen, "%s: out of host memory", trace->path);
+        goto out;
+    }
     if (cfg == NULL || ns == NULL || s.streams == NULL || s.ptrs == NULL) {
         ret = fail(err, errlen, "%s: out of host memory", trace->path);
         goto out;
@@ -370,6 +473,10 @@ int gp_replay_run(const gp_trace *trace, const gp_replay_options *options, gp_re
         if (o->observe) {
             uint64_t t0 = now_ns();
             run_pass_observed(trace, &s, r, o, rep);
+            ns[rep] = (double)(now_ns() - t0);
+        } else if (work > 0.0) {
+            uint64_t t0 = now_ns();
+            run_pass_worked(trace, &s, r, work);
             ns[rep] = (double)(now_ns() - t0);
         } else {
             uint64_t t0 = now_ns();
@@ -433,6 +540,10 @@ int gp_replay_run(const gp_trace *trace, const gp_replay_options *options, gp_re
         snprintf(r->stats_json, sizeof r->stats_json, "null");
     gp_sim_report report;
     gp_sim_get_report(s.sim, &report);
+    r->kernels = s.kernels;
+    r->races = report.races;
+    r->bad_calls = report.bad_calls;
+    snprintf(r->first_violation, sizeof r->first_violation, "%s", gp_sim_first_violation(s.sim));
 
     r->allocated_bytes_end = stats.allocated_bytes;
     r->peak_live_bytes = s.peak_live;
@@ -463,5 +574,7 @@ out:
     free(ns);
     free(s.streams);
     free(s.ptrs);
+    free(s.at_ns);
+    free(s.gap_ns);
     return ret;
 }

@@ -61,6 +61,20 @@ typedef struct gp_replay_options {
     bool check;
     /* The device-time model's per-call costs (gp_replay_calls); NULL = gp_call_costs_published(). */
     const gp_call_costs *costs;
+    /*
+     * Work on the streams (0: none, every stream idle whenever the pool asks; else a fraction in (0, 1]).
+     * The trace's Time column becomes the simulated GPU's clock (each pass starting where the last one
+     * ended), and each event on a stream queues a kernel there that uses the block (GP_SIM_USE: raced
+     * as a write, contents not simulated) for stream_work x the time to that stream's next event: the
+     * block just allocated, or the block about to be freed (its last use, when it is freed on the stream
+     * that allocated it; a free on another stream queues nothing, the trace not saying how the two were
+     * ordered). At 1 a stream is busy from each of its events to the next, as a GPU that just keeps
+     * pace with its host thread, so the pool may reuse a stream's freed memory on another stream only
+     * once that stream's work is done (its fence, borrowing, loans), as on a GPU; and the race checker
+     * sees every block's uses, so a block handed to one stream while another still uses it is reported
+     * (result.races). Host times then include the simulated kernels.
+     */
+    double stream_work;
 } gp_replay_options;
 
 #define GP_REPLAY_MAX_TIMED_REPEATS 1024u
@@ -117,6 +131,15 @@ typedef struct gp_replay_result {
      * runs with peak_composition:on unless the configuration turns it off; recorded 0 then). */
     gp_peak_composition peak;
     uint64_t allocations_per_pass; /* successful allocations of the first pass, to place peak.num_allocs */
+    /* With stream work (options.stream_work): the kernels queued and the races the simulated GPU saw,
+     * all passes (uses of one block by two streams that nothing ordered); the first violation's text
+     * ("" if none). */
+    double stream_work;
+    uint64_t kernels, races;
+    /* device calls the sim refused as wrong, with or without stream work: a kernel on memory not
+     * allocated or not mapped, a free of an unknown address, ... (gp_sim_report.bad_calls) */
+    uint64_t bad_calls;
+    char first_violation[256];
 } gp_replay_result;
 
 /* Replays `trace`. Returns 0, or -1 with a message in err when the pool cannot be created or another

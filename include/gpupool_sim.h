@@ -51,7 +51,9 @@ GP_API gp_stream gp_sim_stream_create(gp_sim *sim);
 enum gp_sim_kernel_op {
     GP_SIM_READ = 0,  /* reads the range */
     GP_SIM_WRITE = 1, /* writes a pattern derived from seed over the range */
-    GP_SIM_CHECK = 2  /* reads the range and checks the pattern of seed; a mismatch is a violation */
+    GP_SIM_CHECK = 2, /* reads the range and checks the pattern of seed; a mismatch is a violation */
+    GP_SIM_USE = 3    /* reads and writes the range with its contents not simulated (no memory effect):
+                         race-checked as a write; for replays of traces, whose data is not known */
 };
 
 /* Queues a kernel on `stream` that uses [addr, addr+len) for duration_ns of virtual time. Race checks

@@ -748,7 +748,7 @@ GP_API int gp_sim_launch(gp_sim *sim, gp_stream stream, const void *addr, size_t
     int rc = GP_OK;
     if (sim->closed)
         rc = gp_error_set(GP_ERR_DESTROYED, "sim: gp_sim_launch after the backend was closed");
-    else if (op != GP_SIM_READ && op != GP_SIM_WRITE && op != GP_SIM_CHECK)
+    else if (op != GP_SIM_READ && op != GP_SIM_WRITE && op != GP_SIM_CHECK && op != GP_SIM_USE)
         rc = gp_error_set(GP_ERR_INVALID, "sim: gp_sim_launch: unknown kernel op %d", op);
     else if (len > 0 && sim->vmm == NULL && !gpsim_memory_contains(&sim->memory, start, len))
         rc = bad_call(sim, "kernel on unallocated memory: %s on stream 0x%" PRIxPTR " [0x%" PRIxPTR

@@ -293,6 +293,8 @@ static void apply_kernel(gp_sim *sim, const gpsim_stream *s, const gpsim_op *op)
         }
         break;
     }
+    case GP_SIM_USE: /* contents not simulated: ordering and races only */
+        break;
     default:
         gpsim_read(sim->host_page_size, op->addr, op->len);
         break;
@@ -374,7 +376,7 @@ void gpsim_run_stream(gp_sim *sim, gpsim_stream *stream)
 
 static bool is_write(int kernel_op)
 {
-    return kernel_op == GP_SIM_WRITE;
+    return kernel_op == GP_SIM_WRITE || kernel_op == GP_SIM_USE;
 }
 
 static bool ranges_overlap(gp_devptr a, size_t a_len, gp_devptr b, size_t b_len)

@@ -14,6 +14,7 @@ const char *gpsim_kernel_op_name(int kernel_op)
     case GP_SIM_READ: return "READ";
     case GP_SIM_WRITE: return "WRITE";
     case GP_SIM_CHECK: return "CHECK";
+    case GP_SIM_USE: return "USE";
     default: return "?";
     }
 }

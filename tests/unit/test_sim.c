@@ -441,6 +441,28 @@ Test(sim_race, ordering_is_transitive)
     race_teardown(&f);
 }
 
+/* USE (replays): ordered and race-checked as a write, with no effect on the contents. */
+Test(sim_race, use_races_as_a_write_and_leaves_the_contents)
+{
+    race_fixture f = race_setup();
+    cr_assert_eq(gp_sim_launch(f.sim, f.s, ptr(f.a), 4096, GP_SIM_WRITE, 7, 10), GP_OK);
+    cr_assert_eq(gp_sim_launch(f.sim, f.s, ptr(f.a), 4096, GP_SIM_USE, 0, 100), GP_OK);
+    cr_assert_eq(gp_sim_launch(f.sim, f.s, ptr(f.a), 4096, GP_SIM_CHECK, 7, 10), GP_OK);
+    gp_sim_synchronize(f.sim);
+    cr_expect_eq(report_of(f.sim).pattern_mismatches, 0, "USE changed the contents: %s", gp_sim_first_violation(f.sim));
+    cr_expect_eq(report_of(f.sim).races, 0, "one stream never races with itself");
+    cr_assert_eq(gp_sim_launch(f.sim, f.s, ptr(f.a), 4096, GP_SIM_USE, 0, 100), GP_OK);
+    cr_assert_eq(gp_sim_launch(f.sim, f.g, ptr(f.a + 4000), 8, GP_SIM_READ, 0, 1), GP_OK);
+    cr_expect_eq(report_of(f.sim).races, 1, "a READ of what a USE still uses races");
+    cr_expect(strstr(gp_sim_first_violation(f.sim), "while USE on stream") != NULL, "%s", gp_sim_first_violation(f.sim));
+    gp_sim_advance(f.sim, 100);
+    cr_assert_eq(gp_sim_launch(f.sim, f.g, ptr(f.a), 4096, GP_SIM_USE, 0, 100), GP_OK);
+    cr_expect_eq(report_of(f.sim).races, 1, "the first USE has completed");
+    cr_assert_eq(gp_sim_launch(f.sim, f.s, ptr(f.a + 8192), 4096, GP_SIM_USE, 0, 100), GP_OK);
+    cr_expect_eq(report_of(f.sim).races, 1, "disjoint ranges do not race");
+    race_teardown(&f);
+}
+
 /* ---- events, waits and virtual time ----------------------------------------------------------- */
 
 Test(sim_time, event_query_not_ready_until_time_advances)

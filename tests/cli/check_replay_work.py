@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""tests/cli/check_replay_work.py — `gpupool replay --stream-work F`: the streams busy as on a GPU.
+
+Without it a replay queues no work on the simulated GPU, so every stream is idle whenever the pool
+asks and memory moves between streams freely. With it the trace's Time column is the GPU's clock and
+each event uses its block on its stream until that stream's next event (times F); the race checker
+then sees every block's uses.
+
+A synthetic trace on two streams, no ../shared needed: stream A allocates X and K (8 MiB each), frees
+X, and frees K 1000 us later (so A's work on X runs until then); stream B asks for 8 MiB in between.
+  - --stream-work 0 (the default): no kernels; on sim-vmm B borrows A's free X (A is idle), 16 MiB of
+    blocks reserved in A's range alone;
+  - --stream-work 1 on sim-vmm: A is busy, and B borrows X only by waiting on A's fence (reuse_wait, the
+    default: num_stream_waits >= 1), reserving no more than without work; with reuse_wait:off B gets
+    memory of its own (more reserved, no wait);
+  - every replay with work: kernels = the events that use a block, no race, no bad call, exit 0, and
+    the text output says so;
+  - bad values (2, -0.5, "x", "") exit 2 naming --stream-work, and --stream-work with --model too.
+
+Usage: check_replay_work.py GPUPOOL WORK_DIR. Exits 1 on any failure, 0 otherwise.
+"""
+import json, os, shutil, subprocess, sys
+
+from synthetic_trace import HEADER, missing_from_output, report
+
+MIB = 1 << 20
+
+
+def write_two_streams(path):
+    rows = [
+        (0, 'allocate', 0x1000, 8 * MIB, '0x1'),    # X on A
+        (1, 'allocate', 0x2000, 8 * MIB, '0x1'),    # K on A
+        (2, 'free', 0x1000, 8 * MIB, '0x1'),        # X freed on A: A uses it until its next event
+        (3, 'allocate', 0x3000, 8 * MIB, '0x2'),    # B asks for X's size
+        (4, 'free', 0x3000, 8 * MIB, '0x2'),
+        (1000, 'free', 0x2000, 8 * MIB, '0x1'),     # A's next event
+    ]
+    with open(path, 'w') as f:
+        f.write(HEADER)
+        for t, action, ptr, size, stream in rows:
+            f.write(f'0,{t},{action},{hex(ptr)},{size},{stream}\n')
+    return len(rows)  # every event uses a block: each free is on the stream that allocated it
+
+
+def replay(gpupool, trace, conf, work, failures, repeat=2):
+    cmd = [gpupool, 'replay', '--json', '--repeat', str(repeat), '--conf', conf]
+    if work is not None:
+        cmd += ['--stream-work', str(work)]
+    p = subprocess.run(cmd + [trace], capture_output=True, text=True)
+    if p.returncode != 0:
+        failures.append(f'{" ".join(cmd)} {trace} exited {p.returncode}: {p.stderr.strip()}')
+        return None
+    return json.loads(p.stdout)['traces'][0]
+
+
+def main(argv):
+    gpupool, work = argv[1], argv[2]
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    trace = os.path.join(work, 'two_streams.csv')
+    events = write_two_streams(trace)
+    failures = []
+
+    for backend in ('sim', 'sim-vmm'):
+        for fraction in (0.5, 1):
+            r = replay(gpupool, trace, f'backend:{backend}', fraction, failures)
+            if r is None:
+                continue
+            if r['kernels'] != 2 * events:
+                failures.append(f'{backend} --stream-work {fraction}: {r["kernels"]} kernels, expected {2 * events}')
+            if r['races'] or r['bad_calls'] or r['first_violation']:
+                failures.append(f'{backend} --stream-work {fraction}: {r["races"]} races, {r["bad_calls"]} bad calls: '
+                                f'{r["first_violation"]}')
+            if r['stream_work'] != fraction:
+                failures.append(f'{backend}: stream_work {r["stream_work"]}, expected {fraction}')
+
+    idle = replay(gpupool, trace, 'backend:sim-vmm', None, failures)
+    busy = replay(gpupool, trace, 'backend:sim-vmm', 1, failures)
+    apart = replay(gpupool, trace, 'backend:sim-vmm,reuse_wait:off', 1, failures)
+    if idle and (idle['kernels'] != 0 or idle['stream_work'] != 0 or idle['pool']['num_stream_waits'] != 0):
+        failures.append(f'no --stream-work: {idle["kernels"]} kernels, stream_work {idle["stream_work"]}, '
+                        f'{idle["pool"]["num_stream_waits"]} waits (expected none: every stream idle)')
+    if busy and busy['pool']['num_stream_waits'] < 1:
+        failures.append('--stream-work 1: B took A\'s busy block without waiting on A\'s fence, or not at all '
+                        f'(num_stream_waits {busy["pool"]["num_stream_waits"]})')
+    if idle and busy and busy['peak_reserved_bytes'] > idle['peak_reserved_bytes']:
+        failures.append(f'--stream-work 1 with reuse_wait reserved {busy["peak_reserved_bytes"]} B, more than '
+                        f'without work ({idle["peak_reserved_bytes"]} B): the wait should let B borrow X')
+    if apart and (apart['pool']['num_stream_waits'] != 0 or
+                  (busy and apart['peak_reserved_bytes'] <= busy['peak_reserved_bytes'])):
+        failures.append(f'reuse_wait:off with work: {apart["pool"]["num_stream_waits"]} waits, reserved '
+                        f'{apart["peak_reserved_bytes"]} B (expected no wait and more than '
+                        f'{busy and busy["peak_reserved_bytes"]} B: B cannot use busy A\'s block)')
+
+    failures += missing_from_output([gpupool, 'replay', '--stream-work', '1', '--conf', 'backend:sim-vmm', trace],
+                                    ['stream work           1 of each gap', '6 kernels, 0 races'], 'text output')
+    for bad in ('2', '-0.5', 'x', ''):
+        p = subprocess.run([gpupool, 'replay', '--stream-work', bad, trace], capture_output=True, text=True)
+        if p.returncode != 2 or '--stream-work' not in p.stderr or p.stdout:
+            failures.append(f'--stream-work {bad!r}: exit {p.returncode}, stderr {p.stderr.strip()!r}, '
+                            f'stdout {p.stdout[:80]!r} (expected exit 2 naming the option, nothing on stdout)')
+    p = subprocess.run([gpupool, 'replay', '--stream-work', '1', '--model', f'a={trace}'], capture_output=True,
+                       text=True)
+    if p.returncode != 2 or '--stream-work' not in p.stderr:
+        failures.append(f'--stream-work with --model: exit {p.returncode}, {p.stderr.strip()!r}')
+    return report(failures, 'check_replay_work: passed')
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv))
