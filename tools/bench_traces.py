@@ -44,8 +44,14 @@ backend still made calls in the last pass (not on a workload over the device), a
 target the pass from which it made none (replay's quiet_from_pass), or the calls it still made in
 pass N.
 
+--stream-work F replays with work on the streams (replay's --stream-work: each stream busy from each of
+its events to the next at 1, as on a GPU that keeps pace with its host thread), so that memory moves
+between streams only as a GPU's events would let it; the PyTorch models are the same either way
+(PyTorch's pools never move memory between streams). Without it every stream is idle whenever the pool
+asks: the several-stream figures are then those of a GPU that is never behind.
+
 Usage: tools/bench_traces.py [--gpupool build/gpupool] [--repeat 3] [--conf CONF] [--device-memory SIZE]
-                             [--call-costs COSTS] [--settle N] [--jobs N] [--no-shared] [--json] [--composition]
+                             [--call-costs COSTS] [--stream-work F] [--settle N] [--jobs N] [--no-shared] [--json] [--composition]
                              [--cache DIR|--no-cache]
                              [FOLDER|TRACE ...]
 """
@@ -167,11 +173,13 @@ def pytorch_model(path, script, expandable, cache_dir, passes, tmpdir):
     return res
 
 
-def replay(gpupool, path, backend, repeat, conf, device_memory=None, call_costs=None):
+def replay(gpupool, path, backend, repeat, conf, device_memory=None, call_costs=None, stream_work=None):
     c = f"backend:{backend}" + (f",{conf}" if conf else '')
     dm = ['--device-memory', device_memory] if device_memory else []
     cc = ['--call-costs', call_costs] if call_costs else []
-    return run_json([gpupool, 'replay', '--json', '--repeat', str(repeat), '--conf', c] + dm + cc + [path])['traces'][0]
+    sw = ['--stream-work', str(stream_work)] if stream_work else []
+    return run_json([gpupool, 'replay', '--json', '--repeat', str(repeat), '--conf', c] + dm + cc + sw +
+                    [path])['traces'][0]
 
 
 def peak_parts(res):
@@ -205,8 +213,10 @@ def peak_text(parts):
 
 def measure(path, args, tmpdir):
     plain = plain_csv(path, tmpdir)
-    cuda = replay(args.gpupool, plain, 'sim', args.repeat, args.conf, args.device_memory, args.call_costs)
-    vmm = replay(args.gpupool, plain, 'sim-vmm', args.repeat, args.conf, args.device_memory, args.call_costs)
+    cuda = replay(args.gpupool, plain, 'sim', args.repeat, args.conf, args.device_memory, args.call_costs,
+                  args.stream_work)
+    vmm = replay(args.gpupool, plain, 'sim-vmm', args.repeat, args.conf, args.device_memory, args.call_costs,
+                 args.stream_work)
     pt = ptx = None
     if os.path.exists(args.model):
         pt = pytorch_model(path, args.model, False, args.cache, args.repeat, tmpdir)
@@ -216,7 +226,8 @@ def measure(path, args, tmpdir):
     settle = {}
     for name, backend, res in (('cuda', 'sim', cuda), ('vmm', 'sim-vmm', vmm)):
         if args.settle and args.settle > args.repeat and not res.get('quiet_from_pass') and not over_device:
-            more = replay(args.gpupool, plain, backend, args.settle, args.conf, args.device_memory, args.call_costs)
+            more = replay(args.gpupool, plain, backend, args.settle, args.conf, args.device_memory, args.call_costs,
+                          args.stream_work)
             settle[name] = {'passes': args.settle, 'quiet_from_pass': more.get('quiet_from_pass', 0),
                             'reserved_over_live': more['reserved_over_live'],
                             'last_pass_device_calls': more['device_calls_last_repeat'],
@@ -337,7 +348,8 @@ def summary(rows):
 
 
 def print_table(rows, args):
-    print(f"gpupool replay --repeat {args.repeat}{' --conf ' + args.conf if args.conf else ''} (cuda = backend sim, "
+    print(f"gpupool replay --repeat {args.repeat}{' --conf ' + args.conf if args.conf else ''}"
+          f"{f' --stream-work {args.stream_work:g}' if args.stream_work else ''} (cuda = backend sim, "
           f"sim-vmm) against pytorch_policy_model.py on the same {args.repeat} passes (PyTorch = default policy, "
           "PT-exp = --expandable)")
     hdr = (f"{'trace':38s} {'st':>3s} {'live MiB':>9s} {'floor':>6s} {'cuda':>6s} {'PyTorch':>7s} {'sim-vmm':>7s} "
@@ -418,6 +430,9 @@ def main(argv):
     ap.add_argument('--call-costs', default=None, metavar='COSTS',
                     help="per-call costs of the warm-up and last-pass models, as replay's --call-costs "
                          "(create=US,map=US,unmap=US,access=US,sync=US; bench/gpu/vmm_probe prints measured ones)")
+    ap.add_argument('--stream-work', type=float, default=0, metavar='F',
+                    help="work on the streams, as replay's --stream-work (0, the default: none, every stream "
+                         "idle; 1: each stream busy from each of its events to the next, as on a GPU)")
     ap.add_argument('--settle', type=int, default=0, metavar='N',
                     help='where a backend still made calls in the last pass, replay N passes to tell whether '
                          'and when they stop (a pool that settles later, or one that keeps calling)')
