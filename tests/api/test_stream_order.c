@@ -269,6 +269,33 @@ Test(stream_order, vmm_borrow_from_busy_stream_refused_without_reuse_wait)
     borrow_from_busy_stream(false);
 }
 
+/* The wait itself fails (cudaStreamWaitEvent): the borrow is not made, T gets memory of its own, and
+ * nothing races, leaks or is lost. */
+Test(stream_order, vmm_borrow_whose_wait_fails_takes_other_memory)
+{
+    open_pool_on("sim-vmm", "device_memory:256MiB");
+    size_t size = 6 * MIB;
+    void *p = alloc_on(size, S);
+    void *k = alloc_on(size, S);
+    launch(S, p, size, GP_SIM_WRITE, 1, LONG_NS);
+    free_on(p, S);
+    gp_sim_fail_call(sim, 1, GP_SIM_CALL_STREAM_WAIT, GP_ERR_DEVICE);
+    gp_stats before = stats();
+    void *q = alloc_on(size, T);
+    gp_stats after = stats();
+    cr_assert_eq(gp_sim_faults_injected(sim), 1, "the wait was not attempted");
+    cr_assert((uintptr_t)q + size <= (uintptr_t)p || (uintptr_t)q >= (uintptr_t)p + size,
+              "the wait failed, yet T got %p inside S's busy block %p", q, p);
+    cr_assert_eq(after.num_stream_waits, before.num_stream_waits, "a failed wait is not a wait");
+    launch(T, q, size, GP_SIM_WRITE, 2, SHORT_NS);
+    launch(T, q, size, GP_SIM_CHECK, 2, SHORT_NS);
+    gp_sim_synchronize(sim);
+    assert_clean("T uses its own memory");
+    free_on(q, T);
+    free_on(k, S);
+    close_pool(0);
+}
+
 /* ---- steal after completion -------------------------------------------------------------------- */
 
 /* S's segment is wholly free and S's kernel on it has completed. The device holds nothing else and has
