@@ -264,7 +264,31 @@ Test(vmm, an_unused_range_changes_stream_without_device_or_map_calls)
     cr_assert_eq(r.races, 0, "%s", gp_sim_first_violation(sim));
 }
 
+/* With reuse_wait:off; with it on (the default) the range moves once the taker's stream waits on the
+ * owner's fence (test_stream_order.c: vmm_borrow_from_busy_stream_waits_on_its_fence). */
 Test(vmm, a_range_still_in_use_on_its_stream_does_not_move)
+{
+    open_pool("device_memory:1GiB,reuse_wait:off");
+    gp_stream other = gp_sim_stream_create(sim);
+    void *q;
+    cr_assert_eq(gp_alloc(pool, &q, 64 * MIB, other), GP_OK);
+    cr_assert_eq(gp_sim_launch(sim, other, q, 64 * MIB, GP_SIM_WRITE, 5, 1000000), GP_OK);
+    cr_assert_eq(gp_free(pool, q, other), GP_OK); /* the kernel still runs */
+    gp_stats before = stats_now();
+    void *p = alloc_written(64 * MIB, 6);
+    gp_stats after = stats_now();
+    cr_assert_eq(after.num_stream_steals, before.num_stream_steals, "other's fence has not completed");
+    check_pattern(p, 64 * MIB, 6);
+    gp_sim_synchronize(sim);
+    gp_sim_report r;
+    gp_sim_get_report(sim, &r);
+    cr_assert_eq(r.races, 0, "%s", gp_sim_first_violation(sim));
+    cr_assert_eq(gp_free(pool, p, stream), GP_OK);
+}
+
+/* The same with reuse_wait (the default): the range changes stream at once, the taker's stream made to
+ * wait on the owner's fence, so the taker's kernels run after the owner's (no race, its pattern holds). */
+Test(vmm, a_range_still_in_use_moves_once_the_taker_waits)
 {
     open_pool("device_memory:1GiB");
     gp_stream other = gp_sim_stream_create(sim);
@@ -275,7 +299,9 @@ Test(vmm, a_range_still_in_use_on_its_stream_does_not_move)
     gp_stats before = stats_now();
     void *p = alloc_written(64 * MIB, 6);
     gp_stats after = stats_now();
-    cr_assert_eq(after.num_stream_steals, before.num_stream_steals, "other's fence has not completed");
+    cr_assert_eq(after.num_stream_steals, before.num_stream_steals + 1, "the range should move");
+    cr_assert_eq(after.num_stream_waits, before.num_stream_waits + 1, "by a wait on other's fence");
+    cr_assert_eq(after.reserved_bytes, before.reserved_bytes);
     check_pattern(p, 64 * MIB, 6);
     gp_sim_synchronize(sim);
     gp_sim_report r;
@@ -362,9 +388,10 @@ Test(vmm, a_stream_borrows_an_idle_free_block_of_another)
     cr_assert_eq(gp_free(pool, pin, other), GP_OK);
 }
 
+/* With reuse_wait:off (with it on, the borrow waits on the lender's fence: test_stream_order.c). */
 Test(vmm, no_borrowing_from_a_stream_whose_work_is_not_done)
 {
-    open_pool("device_memory:1GiB");
+    open_pool("device_memory:1GiB,reuse_wait:off");
     gp_stream other = gp_sim_stream_create(sim);
     void *pin, *q;
     cr_assert_eq(gp_alloc(pool, &pin, 4 * MIB, other), GP_OK);
