@@ -12,16 +12,47 @@
 #include "base/list.h"
 #include "provider/thread_cache.h"
 
-/* True when every event of the PENDING block b has completed; completed events go back to the pool. */
-static bool events_done(gp_pool_state *p, gp_block *b)
+/*
+ * The streams found busy in one scan of a pending list. Events recorded on one stream complete in the
+ * order they were recorded (the stream is a queue), and the list is in the order of the frees that
+ * recorded them, so once an event on stream S is not ready, no later block's event on S is: it is not
+ * asked (an event query costs a driver call, and one that is not ready an error to clear). A scan
+ * that finds more busy streams than it can remember asks the rest as before.
+ */
+#define GP_BUSY_REMEMBERED 8
+
+typedef struct busy_streams {
+    gp_stream handles[GP_BUSY_REMEMBERED];
+    unsigned count;
+} busy_streams;
+
+static bool known_busy(const busy_streams *busy, gp_stream s)
+{
+    for (unsigned i = 0; i < busy->count; i++)
+        if (busy->handles[i] == s)
+            return true;
+    return false;
+}
+
+/* True when every event of the PENDING block b has completed; completed events go back to the pool.
+ * Streams whose event is not ready are added to *busy, and events on streams already there are not
+ * asked (above). */
+static bool events_done(gp_pool_state *p, gp_block *b, busy_streams *busy)
 {
     gp_event *events = gp_block_events(b);
+    gp_stream_state **uses = gp_block_uses(b);
     bool done = true;
     for (unsigned i = 0; i < b->use_count; i++) {
         if (events[i] == NULL)
             continue;
-        if (gp_capture_underway() || /* cudaEventQuery is illegal while a graph is captured */
-            p->ops->event_query(p->ctx, events[i]) != GP_OK) { /* not ready, or a failed query: retry later */
+        gp_stream s = uses[i]->handle;
+        if (gp_capture_underway() || known_busy(busy, s)) { /* no cudaEventQuery while a graph is captured */
+            done = false;
+            continue;
+        }
+        if (p->ops->event_query(p->ctx, events[i]) != GP_OK) { /* not ready, or a failed query: retry later */
+            if (busy->count < GP_BUSY_REMEMBERED)
+                busy->handles[busy->count++] = s;
             done = false;
             continue;
         }
@@ -34,11 +65,12 @@ static bool events_done(gp_pool_state *p, gp_block *b)
 void gp_pending_collect(gp_pool_state *p, gp_stream_state *st, unsigned limit)
 {
     unsigned scanned = 0;
+    busy_streams busy = {.count = 0};
     gp_block *b = st->pending;
     while (b != NULL && (limit == 0 || scanned < limit)) {
         gp_block *next = b->list_next;
         scanned++;
-        if (events_done(p, b)) {
+        if (events_done(p, b, &busy)) {
             GP_LIST_UNLINK(st->pending, st->pending_tail, b, list_prev, list_next);
             b->list_prev = b->list_next = NULL;
             st->pending_bytes -= b->size;

@@ -539,6 +539,40 @@ Test(stream_order, record_stream_on_two_streams_waits_for_both)
 
 /* ---- free on another stream -------------------------------------------------------------------- */
 
+/* Events on one stream complete in the order they were recorded, so a scan of the pending list that
+ * finds T's event not ready asks no later block's event on T (pending.c): three blocks freed on T
+ * under T's long kernel cost one event query per scan, not three, and all three come back once T's
+ * work is done. */
+Test(stream_order, a_pending_scan_asks_a_busy_stream_once)
+{
+    open_pool("device_memory:256MiB");
+    const size_t size = 200 * KIB;
+    void *t0 = alloc_on(512, T);
+    void *p[3];
+    for (int i = 0; i < 3; i++)
+        p[i] = alloc_on(size, S);
+    gp_sim_stream_synchronize(sim, S);
+    for (int i = 0; i < 3; i++)
+        launch(T, p[i], size, GP_SIM_READ, 0, LONG_NS);
+    for (int i = 0; i < 3; i++)
+        free_on(p[i], T);
+    cr_assert_eq(stats().pending_bytes, 3 * size);
+    uint64_t queries = gp_sim_calls(sim, GP_SIM_CALL_EVENT_QUERY);
+    void *q = alloc_on(size, S); /* its fast path scans the pending list first (pending_scan 8) */
+    cr_assert_eq(gp_sim_calls(sim, GP_SIM_CALL_EVENT_QUERY) - queries, 1,
+                 "%llu event queries for three blocks pending on one busy stream",
+                 (unsigned long long)(gp_sim_calls(sim, GP_SIM_CALL_EVENT_QUERY) - queries));
+    for (int i = 0; i < 3; i++)
+        cr_assert_neq(q, p[i], "S got %p back while T's kernel still reads it", q);
+    gp_sim_advance(sim, 4 * LONG_NS);
+    void *r = alloc_on(size, S);
+    cr_assert_eq(stats().pending_bytes, 0, "T's work is done: every pending block is back");
+    free_on(r, S);
+    free_on(q, S);
+    free_on(t0, T);
+    close_pool(0);
+}
+
 Test(stream_order, free_on_other_stream_waits_for_that_stream)
 {
     open_pool("device_memory:256MiB");
