@@ -45,6 +45,7 @@ static bool events_done(gp_pool_state *p, gp_block *b, busy_streams *busy)
     for (unsigned i = 0; i < b->use_count; i++) {
         if (events[i] == NULL)
             continue;
+        assert(uses[i] != NULL); /* events[i] was recorded on uses[i] (block.h) */
         gp_stream s = uses[i]->handle;
         if (gp_capture_underway() || known_busy(busy, s)) { /* no cudaEventQuery while a graph is captured */
             done = false;
