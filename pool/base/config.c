@@ -57,9 +57,10 @@ static const key_spec keys[] = {
      "when the device is full, let a stream wait on another's event to take its free segments"},
     {"borrow", KEY_BOOL, FIELD(borrow), 0, "on",
      "a stream whose cache misses takes a fitting free block of another stream whose work is done"},
-    {"reuse_wait", KEY_BOOL, FIELD(reuse_wait), 0, "on",
-     "a stream may take free memory of another stream of its tenant whose work is still queued, by waiting "
-     "on that stream's event (as cudaMallocAsync's internal dependencies); off: only once the work is done"},
+    {"reuse_wait", KEY_BOOL, FIELD(reuse_wait), 0, "off",
+     "on: a stream may take free memory of another stream of its tenant whose work is still queued, by "
+     "waiting on that stream's event (as cudaMallocAsync's internal dependencies); off: only once the work "
+     "is done (with busy streams the waits delay them, and memory held for them grows: bench/RESULTS.md)"},
     {"thread_cache", KEY_BOOL, FIELD(thread_cache), 0, "on",
      "small blocks freed on their own stream wait in the freeing thread's cache (no stream lock); off: the stream's heap only"},
     {"cache_slack", KEY_FRACTION, FIELD(cache_slack), 0, "0.04",

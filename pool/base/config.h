@@ -30,7 +30,7 @@ typedef struct gp_config {
     unsigned pending_scan;  /* pending frees whose events are queried per allocation */
     bool steal_wait;        /* on device OOM, take busy free segments of other streams by waiting */
     bool borrow;            /* vmm: a missing stream borrows idle free blocks of other streams (provider/vmm.c) */
-    bool reuse_wait;        /* a stream takes its tenant's other streams' free memory before their work is
+    bool reuse_wait;        /* on: a stream takes its tenant's other streams' free memory before their work is
                              * done by waiting on their fence (gp_stream_reusable) */
     bool thread_cache;      /* small blocks freed on their own stream go to the freeing thread's cache */
     double cache_slack;     /* growth past (1 + this) x peak allocated first gives back free segments; < 0 = off */

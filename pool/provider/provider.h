@@ -78,7 +78,8 @@ bool gp_stream_idle(gp_pool_state *p, gp_stream_state *st);
 
 /*
  * Whether `taker` may use owner's free memory from now on: owner is idle (gp_stream_idle), or, with
- * reuse_wait and both of one tenant, owner's fence is recorded and taker's stream can be made to wait
+ * reuse_wait:on (off by default: measured worse with busy streams, bench/RESULTS.md) and both of one
+ * tenant, owner's fence is recorded and taker's stream can be made to wait
  * on it (the fence covers every free into owner's heap: stream-ordered reuse by an event, as
  * cudaMallocAsync's internal dependencies). With `commit` that wait is made (cudaStreamWaitEvent):
  * call it so once the memory is taken, without it to choose; a failed wait answers false. owner

@@ -224,14 +224,14 @@ Test(stream_order, huge_block_not_handed_to_other_stream_while_busy)
 /*
  * On virtual memory, S holds a range with one live block k and one free block p that S's long kernel
  * still uses. T, with no memory of its own, asks for p's size: the range cannot change owner (k is
- * live), so T borrows p (a free block of another stream of its tenant). With reuse_wait (the default)
- * it may do so at once: T's stream is made to wait on S's fence, so T's kernels on the block run after
- * S's, and the sim sees no race and T's pattern holds; nothing new is reserved. With reuse_wait off the
- * block stays S's while S is busy: T gets memory of its own, without a wait.
+ * live), so T borrows p (a free block of another stream of its tenant). With reuse_wait:on it may do
+ * so at once: T's stream is made to wait on S's fence, so T's kernels on the block run after
+ * S's, and the sim sees no race and T's pattern holds; nothing new is reserved. With reuse_wait off (the
+ * default) the block stays S's while S is busy: T gets memory of its own, without a wait.
  */
 static void borrow_from_busy_stream(bool reuse_wait)
 {
-    open_pool_on("sim-vmm", reuse_wait ? "device_memory:256MiB" : "device_memory:256MiB,reuse_wait:off");
+    open_pool_on("sim-vmm", reuse_wait ? "device_memory:256MiB,reuse_wait:on" : "device_memory:256MiB");
     size_t size = 6 * MIB;
     void *p = alloc_on(size, S);
     void *k = alloc_on(size, S);
@@ -273,7 +273,7 @@ Test(stream_order, vmm_borrow_from_busy_stream_refused_without_reuse_wait)
  * nothing races, leaks or is lost. */
 Test(stream_order, vmm_borrow_whose_wait_fails_takes_other_memory)
 {
-    open_pool_on("sim-vmm", "device_memory:256MiB");
+    open_pool_on("sim-vmm", "device_memory:256MiB,reuse_wait:on");
     size_t size = 6 * MIB;
     void *p = alloc_on(size, S);
     void *k = alloc_on(size, S);

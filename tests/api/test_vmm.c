@@ -264,7 +264,7 @@ Test(vmm, an_unused_range_changes_stream_without_device_or_map_calls)
     cr_assert_eq(r.races, 0, "%s", gp_sim_first_violation(sim));
 }
 
-/* With reuse_wait:off; with it on (the default) the range moves once the taker's stream waits on the
+/* With reuse_wait off (the default); with it on the range moves once the taker's stream waits on the
  * owner's fence (test_stream_order.c: vmm_borrow_from_busy_stream_waits_on_its_fence). */
 Test(vmm, a_range_still_in_use_on_its_stream_does_not_move)
 {
@@ -286,11 +286,11 @@ Test(vmm, a_range_still_in_use_on_its_stream_does_not_move)
     cr_assert_eq(gp_free(pool, p, stream), GP_OK);
 }
 
-/* The same with reuse_wait (the default): the range changes stream at once, the taker's stream made to
- * wait on the owner's fence, so the taker's kernels run after the owner's (no race, its pattern holds). */
+/* The same with reuse_wait:on: the range changes stream at once, the taker's stream made to wait on the
+ * owner's fence, so the taker's kernels run after the owner's (no race, its pattern holds). */
 Test(vmm, a_range_still_in_use_moves_once_the_taker_waits)
 {
-    open_pool("device_memory:1GiB");
+    open_pool("device_memory:1GiB,reuse_wait:on");
     gp_stream other = gp_sim_stream_create(sim);
     void *q;
     cr_assert_eq(gp_alloc(pool, &q, 64 * MIB, other), GP_OK);
@@ -388,7 +388,7 @@ Test(vmm, a_stream_borrows_an_idle_free_block_of_another)
     cr_assert_eq(gp_free(pool, pin, other), GP_OK);
 }
 
-/* With reuse_wait:off (with it on, the borrow waits on the lender's fence: test_stream_order.c). */
+/* With reuse_wait off (the default; with it on, the borrow waits on the lender's fence: test_stream_order.c). */
 Test(vmm, no_borrowing_from_a_stream_whose_work_is_not_done)
 {
     open_pool("device_memory:1GiB,reuse_wait:off");

@@ -10,9 +10,9 @@ A synthetic trace on two streams, no ../shared needed: stream A allocates X and 
 X, and frees K 1000 us later (so A's work on X runs until then); stream B asks for 8 MiB in between.
   - --stream-work 0 (the default): no kernels; on sim-vmm B borrows A's free X (A is idle), 16 MiB of
     blocks reserved in A's range alone;
-  - --stream-work 1 on sim-vmm: A is busy, and B borrows X only by waiting on A's fence (reuse_wait, the
-    default: num_stream_waits >= 1), reserving no more than without work; with reuse_wait:off B gets
-    memory of its own (more reserved, no wait);
+  - --stream-work 1 on sim-vmm: A is busy; with reuse_wait:on B borrows X by waiting on A's fence
+    (num_stream_waits >= 1), reserving no more than without work; with reuse_wait off (the default) B
+    gets memory of its own (more reserved, no wait);
   - every replay with work: kernels = the events that use a block, no race, no bad call, exit 0, and
     the text output says so;
   - bad values (2, -0.5, "x", "") exit 2 naming --stream-work, and --stream-work with --model too.
@@ -75,8 +75,8 @@ def main(argv):
                 failures.append(f'{backend}: stream_work {r["stream_work"]}, expected {fraction}')
 
     idle = replay(gpupool, trace, 'backend:sim-vmm', None, failures)
-    busy = replay(gpupool, trace, 'backend:sim-vmm', 1, failures)
-    apart = replay(gpupool, trace, 'backend:sim-vmm,reuse_wait:off', 1, failures)
+    busy = replay(gpupool, trace, 'backend:sim-vmm,reuse_wait:on', 1, failures)
+    apart = replay(gpupool, trace, 'backend:sim-vmm', 1, failures)
     if idle and (idle['kernels'] != 0 or idle['stream_work'] != 0 or idle['pool']['num_stream_waits'] != 0):
         failures.append(f'no --stream-work: {idle["kernels"]} kernels, stream_work {idle["stream_work"]}, '
                         f'{idle["pool"]["num_stream_waits"]} waits (expected none: every stream idle)')
