@@ -54,11 +54,12 @@ static const key_spec keys[] = {
      "cross-stream frees whose events an allocation queries before its fast path (0: none; slow paths "
      "still collect them)"},
     {"steal_wait", KEY_BOOL, FIELD(steal_wait), 0, "true",
-     "when the device is full, let a stream wait on another's event to take its free segments"},
+     "let a stream wait on another's event to take its free segments (cudaMalloc path): when the device is "
+     "full, and past the cache cap from a stream of its tenant (instead of a cudaFree that syncs the device)"},
     {"borrow", KEY_BOOL, FIELD(borrow), 0, "on",
      "a stream whose cache misses takes a fitting free block of another stream whose work is done"},
     {"reuse_wait", KEY_BOOL, FIELD(reuse_wait), 0, "off",
-     "on: a stream may take free memory of another stream of its tenant whose work is still queued, by "
+     "vmm: on: a stream may take free memory of another stream of its tenant whose work is still queued, by "
      "waiting on that stream's event (as cudaMallocAsync's internal dependencies); off: only once the work "
      "is done (with busy streams the waits delay them, and memory held for them grows: bench/RESULTS.md)"},
     {"thread_cache", KEY_BOOL, FIELD(thread_cache), 0, "on",

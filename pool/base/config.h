@@ -28,7 +28,8 @@ typedef struct gp_config {
     size_t huge_size;       /* requests of this size or more get a segment of their own */
     unsigned max_streams;   /* streams one pool can track */
     unsigned pending_scan;  /* pending frees whose events are queried per allocation */
-    bool steal_wait;        /* on device OOM, take busy free segments of other streams by waiting */
+    bool steal_wait;        /* take busy free segments of other streams by waiting: at device OOM, and past the
+                             * cache cap within a tenant (provider/segment.c: steal_segment) */
     bool borrow;            /* vmm: a missing stream borrows idle free blocks of other streams (provider/vmm.c) */
     bool reuse_wait;        /* on: a stream takes its tenant's other streams' free memory before their work is
                              * done by waiting on their fence (gp_stream_reusable) */

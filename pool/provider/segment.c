@@ -66,7 +66,14 @@ bool gp_stream_reusable(gp_pool_state *p, gp_stream_state *owner, gp_stream_stat
 
 /*
  * Takes the smallest wholly free segment of another stream that fits `size`: only one whose owner's
- * fence has completed or, when `wait`, one whose fence st is then made to wait on. The segment is
+ * fence has completed or, when `wait` (at device OOM, with steal_wait) or the owner is a stream of st's
+ * tenant (with steal_wait), one whose fence st is then made to wait on. Within a tenant the wait is
+ * what the cache cap's alternative costs less than: past the cap, a stream that cannot take a free
+ * segment gives unfit ones back (cudaFree, which synchronizes the whole device) and allocates anew;
+ * a wait delays one stream by one other stream's queued work, and only on these rare steals.
+ * Replayed with busy streams (--stream-work 1) it keeps the idle-stream figures (sets J and K:
+ * geomean 1.2013 -> 1.1742 and 1.2309 -> 1.2139 against no wait; bench/RESULTS.md). Across tenants
+ * only at OOM: one model's stream does not wait on another's work otherwise. The segment is
  * returned with owner == st and its single FREE block on no list: the caller puts it in st's heap.
  * While in transit it is reachable only through the segment list, i.e. by pool-lock holders.
  * Pool lock held, no stream lock. NULL when none may be taken.
@@ -89,7 +96,7 @@ static gp_segment *steal_segment(gp_pool_state *p, gp_stream_state *st, size_t s
         gp_stream_state *owner = seg->owner;
         pthread_mutex_lock(&owner->lock);
         bool recorded = false;
-        bool may_wait = wait || (p->cfg.reuse_wait && owner->tenant == st->tenant);
+        bool may_wait = wait || (p->cfg.steal_wait && owner->tenant == st->tenant);
         bool usable = gp_segment_wholly_free(seg) && (fence_ready(p, owner, &recorded) || (may_wait && recorded));
         pthread_mutex_unlock(&owner->lock);
         if (usable)
@@ -103,7 +110,7 @@ static gp_segment *steal_segment(gp_pool_state *p, gp_stream_state *st, size_t s
     bool recorded = false;
     if (gp_segment_wholly_free(best)) { /* the owner may have allocated from it since */
         bool ready = fence_ready(p, owner, &recorded);
-        bool may_wait = wait || (p->cfg.reuse_wait && owner->tenant == st->tenant);
+        bool may_wait = wait || (p->cfg.steal_wait && owner->tenant == st->tenant);
         if (!ready && may_wait && recorded && p->ops->stream_wait_event(p->ctx, st->handle, owner->fence) == GP_OK) {
             atomic_fetch_add(&p->num_stream_waits, 1);
             ready = true;
