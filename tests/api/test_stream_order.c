@@ -10,8 +10,8 @@
  *   - record_stream keeps a block from S until T's kernel has completed;
  *   - a free on T of a block allocated on S waits for T's work;
  *   - destroy with pending blocks leaks nothing;
- *   - on device OOM, T takes S's busy free segment by waiting on S's event (steal_wait), or, with
- *     steal_wait off, by releasing it (which synchronises the device);
+ *   - on device OOM, and past the cache cap within a tenant, T takes S's busy free segment by waiting on
+ *     S's event (steal_wait), or, with steal_wait off, by releasing it (which synchronises the device);
  *   - on virtual memory, T borrows S's free block while S's kernel on it still runs by waiting on S's
  *     fence (reuse_wait), and with reuse_wait off gets other memory.
  * A test may fail by a race, a pattern mismatch, a bad device call, or a leak the sim reports.
@@ -294,6 +294,57 @@ Test(stream_order, vmm_borrow_whose_wait_fails_takes_other_memory)
     free_on(q, T);
     free_on(k, S);
     close_pool(0);
+}
+
+/*
+ * On the cudaMalloc path, past the cache cap: S holds four 24 MiB segments and frees one while its
+ * kernel still uses it; T (same tenant) asks for 24 MiB, which would take the pool past the cap. With
+ * steal_wait (the default) T takes S's busy segment by waiting on S's fence: no device call, no race.
+ * With steal_wait off it gives the segment back instead (cudaFree, which waits for the whole device)
+ * and allocates anew.
+ */
+static void segment_past_cap(bool steal_wait)
+{
+    open_pool(steal_wait ? "device_memory:1GiB" : "device_memory:1GiB,steal_wait:false");
+    const size_t size = 24 * MIB;
+    void *keep[3];
+    void *p = alloc_on(size, S);
+    for (int i = 0; i < 3; i++)
+        keep[i] = alloc_on(size, S);
+    launch(S, p, size, GP_SIM_WRITE, 1, LONG_NS);
+    free_on(p, S);
+    gp_stats before = stats();
+    uint64_t allocs = gp_sim_calls(sim, GP_SIM_CALL_MEM_ALLOC), frees = gp_sim_calls(sim, GP_SIM_CALL_MEM_FREE);
+    void *q = alloc_on(size, T);
+    gp_stats after = stats();
+    if (steal_wait) {
+        cr_assert_eq(q, p, "T should take S's free segment past the cap");
+        cr_assert_eq(after.num_stream_steals, before.num_stream_steals + 1);
+        cr_assert_eq(after.num_stream_waits, before.num_stream_waits + 1, "by waiting on S's fence");
+        cr_assert_eq(gp_sim_calls(sim, GP_SIM_CALL_MEM_ALLOC), allocs, "a steal allocates nothing");
+        cr_assert_eq(gp_sim_calls(sim, GP_SIM_CALL_MEM_FREE), frees, "a steal frees nothing");
+    } else {
+        cr_assert_eq(after.num_stream_waits, before.num_stream_waits, "steal_wait:false made a stream wait");
+        cr_assert_eq(gp_sim_calls(sim, GP_SIM_CALL_MEM_FREE), frees + 1, "the busy segment goes back instead");
+    }
+    launch(T, q, size, GP_SIM_WRITE, 2, SHORT_NS);
+    launch(T, q, size, GP_SIM_CHECK, 2, SHORT_NS);
+    gp_sim_synchronize(sim);
+    assert_clean("T uses what it got past the cap");
+    free_on(q, T);
+    for (int i = 0; i < 3; i++)
+        free_on(keep[i], S);
+    close_pool(0);
+}
+
+Test(stream_order, segment_past_cap_taken_by_waiting_within_a_tenant)
+{
+    segment_past_cap(true);
+}
+
+Test(stream_order, segment_past_cap_given_back_without_steal_wait)
+{
+    segment_past_cap(false);
 }
 
 /* ---- steal after completion -------------------------------------------------------------------- */
