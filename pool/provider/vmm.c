@@ -302,8 +302,8 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small,
 /*
  * Takes the range of another stream of st's tenant with the fewest mapped bytes that holds `size`
  * bytes and nothing live (every block FREE or UNMAPPED: gp_segment_unused), once its owner's work is
- * done or st's stream waits on it (gp_stream_reusable): the range changes owner with its mapped pages and its UNMAPPED address space,
- * so the new owner can also grow it in place. Returned with owner == st and its FREE blocks on no list
+ * done or st's stream waits on it (gp_stream_reusable): the range changes owner with its mapped pages
+ * and its UNMAPPED address space, so the new owner can also grow it in place. Returned with owner == st and its FREE blocks on no list
  * (gp_provider_take puts them in st's heap). NULL when none may be taken.
  */
 static gp_segment *steal_range(gp_pool_state *p, gp_stream_state *st, size_t size, bool small)

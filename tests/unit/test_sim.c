@@ -454,7 +454,8 @@ Test(sim_race, use_races_as_a_write_and_leaves_the_contents)
     cr_assert_eq(gp_sim_launch(f.sim, f.s, ptr(f.a), 4096, GP_SIM_USE, 0, 100), GP_OK);
     cr_assert_eq(gp_sim_launch(f.sim, f.g, ptr(f.a + 4000), 8, GP_SIM_READ, 0, 1), GP_OK);
     cr_expect_eq(report_of(f.sim).races, 1, "a READ of what a USE still uses races");
-    cr_expect(strstr(gp_sim_first_violation(f.sim), "while USE on stream") != NULL, "%s", gp_sim_first_violation(f.sim));
+    cr_expect(strstr(gp_sim_first_violation(f.sim), "while USE on stream") != NULL, "%s",
+              gp_sim_first_violation(f.sim));
     gp_sim_advance(f.sim, 100);
     cr_assert_eq(gp_sim_launch(f.sim, f.g, ptr(f.a), 4096, GP_SIM_USE, 0, 100), GP_OK);
     cr_expect_eq(report_of(f.sim).races, 1, "the first USE has completed");
