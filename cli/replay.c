@@ -161,6 +161,41 @@ static void use_block(replay_state *s, gp_stream stream, const void *p, size_t s
     (void)gp_sim_launch(s->sim, stream, p, size, GP_SIM_USE, 0, ns);
 }
 
+/* One allocation event of the untimed passes: the pool call and the live sums; true when it succeeded
+ * (ptrs[slot] then holds the pointer, NULL for size 0). */
+static bool replay_alloc(replay_state *s, gp_replay_result *r, const gp_trace_event *ev)
+{
+    void *p;
+    int rc = gp_alloc(s->pool, &p, ev->size, s->streams[ev->stream]);
+    if (rc != GP_OK) {
+        r->failed_allocations++;
+        note_failure(r, "allocate", rc);
+        return false;
+    }
+    s->ptrs[ev->slot] = p;
+    s->live += ev->size;
+    s->live_rounded += granule_round(ev->size);
+    if (s->live > s->peak_live)
+        s->peak_live = s->live;
+    if (s->live_rounded > s->peak_live_rounded)
+        s->peak_live_rounded = s->live_rounded;
+    return true;
+}
+
+/* One free event of the untimed passes (ptrs[slot] != NULL): the pool call and the live sums. */
+static void replay_free(replay_state *s, gp_replay_result *r, const gp_trace_event *ev)
+{
+    int rc = gp_free(s->pool, s->ptrs[ev->slot], s->streams[ev->stream]);
+    if (rc != GP_OK) { /* still live in the pool: free_live frees it on its own stream */
+        r->failed_frees++;
+        note_failure(r, "free", rc);
+        return;
+    }
+    s->ptrs[ev->slot] = NULL;
+    s->live -= ev->size;
+    s->live_rounded -= granule_round(ev->size);
+}
+
 /* The pass with stream work (replay.h: stream_work): the simulated clock follows the trace's, and each
  * event's block is used on its stream until that stream's next event (times the fraction). */
 static void run_pass_worked(const gp_trace *t, replay_state *s, gp_replay_result *r, double fraction)
@@ -174,71 +209,27 @@ static void run_pass_worked(const gp_trace *t, replay_state *s, gp_replay_result
         uint64_t work = (uint64_t)((double)s->gap_ns[i] * fraction);
         gp_stream stream = s->streams[ev->stream];
         if (ev->kind == GP_EV_ALLOC) {
-            void *p;
-            int rc = gp_alloc(s->pool, &p, ev->size, stream);
-            if (rc == GP_OK) {
-                s->ptrs[ev->slot] = p;
-                if (p != NULL)
-                    use_block(s, stream, p, ev->size, work);
-                s->live += ev->size;
-                s->live_rounded += granule_round(ev->size);
-                if (s->live > s->peak_live)
-                    s->peak_live = s->live;
-                if (s->live_rounded > s->peak_live_rounded)
-                    s->peak_live_rounded = s->live_rounded;
-            } else {
-                r->failed_allocations++;
-                note_failure(r, "allocate", rc);
-            }
+            if (replay_alloc(s, r, ev) && s->ptrs[ev->slot] != NULL)
+                use_block(s, stream, s->ptrs[ev->slot], ev->size, work);
         } else if (ev->kind == GP_EV_FREE && s->ptrs[ev->slot] != NULL) {
             if (t->slot_stream[ev->slot] == ev->stream) /* its last use, ordered before the free */
                 use_block(s, stream, s->ptrs[ev->slot], ev->size, work);
-            int rc = gp_free(s->pool, s->ptrs[ev->slot], stream);
-            if (rc != GP_OK) { /* still live in the pool: free_live frees it on its own stream */
-                r->failed_frees++;
-                note_failure(r, "free", rc);
-            } else {
-                s->ptrs[ev->slot] = NULL;
-                s->live -= ev->size;
-                s->live_rounded -= granule_round(ev->size);
-            }
+            replay_free(s, r, ev);
         }
     }
 }
 
-/* The observed pass: the same, with a stats snapshot and a callback after every event. */
+/* The observed pass: the same bookkeeping, with a stats snapshot and a callback after every event. */
 static void run_pass_observed(const gp_trace *t, replay_state *s, gp_replay_result *r,
                               const gp_replay_options *o, unsigned repeat)
 {
     gp_stats stats;
     for (size_t i = 0; i < t->num_events; i++) {
         const gp_trace_event *ev = &t->events[i];
-        if (ev->kind == GP_EV_ALLOC) {
-            void *p;
-            int rc = gp_alloc(s->pool, &p, ev->size, s->streams[ev->stream]);
-            if (rc == GP_OK) {
-                s->ptrs[ev->slot] = p;
-                s->live += ev->size;
-                s->live_rounded += granule_round(ev->size);
-                if (s->live > s->peak_live)
-                    s->peak_live = s->live;
-                if (s->live_rounded > s->peak_live_rounded)
-                    s->peak_live_rounded = s->live_rounded;
-            } else {
-                r->failed_allocations++;
-                note_failure(r, "allocate", rc);
-            }
-        } else if (ev->kind == GP_EV_FREE && s->ptrs[ev->slot] != NULL) {
-            int rc = gp_free(s->pool, s->ptrs[ev->slot], s->streams[ev->stream]);
-            if (rc != GP_OK) { /* still live in the pool: free_live frees it on its own stream */
-                r->failed_frees++;
-                note_failure(r, "free", rc);
-            } else {
-                s->ptrs[ev->slot] = NULL;
-                s->live -= ev->size;
-                s->live_rounded -= granule_round(ev->size);
-            }
-        }
+        if (ev->kind == GP_EV_ALLOC)
+            (void)replay_alloc(s, r, ev);
+        else if (ev->kind == GP_EV_FREE && s->ptrs[ev->slot] != NULL)
+            replay_free(s, r, ev);
         memset(&stats, 0, sizeof stats);
         stats.size = sizeof stats;
         stats.version = GP_STATS_VERSION;

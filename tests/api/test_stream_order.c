@@ -229,34 +229,54 @@ Test(stream_order, huge_block_not_handed_to_other_stream_while_busy)
  * S's, and the sim sees no race and T's pattern holds; nothing new is reserved. With reuse_wait off (the
  * default) the block stays S's while S is busy: T gets memory of its own, without a wait.
  */
-static void borrow_from_busy_stream(bool reuse_wait)
-{
-    open_pool_on("sim-vmm", reuse_wait ? "device_memory:256MiB,reuse_wait:on" : "device_memory:256MiB");
-    size_t size = 6 * MIB;
-    void *p = alloc_on(size, S);
-    void *k = alloc_on(size, S);
-    launch(S, p, size, GP_SIM_WRITE, 1, LONG_NS);
-    free_on(p, S);
+#define BUSY_BLOCK_SIZE (6 * MIB)
 
-    gp_stats before = stats();
-    void *q = alloc_on(size, T);
-    gp_stats after = stats();
-    bool in_s_range = (uintptr_t)q + size > (uintptr_t)p && (uintptr_t)q < (uintptr_t)p + size;
-    if (reuse_wait) {
-        cr_assert(in_s_range, "T should borrow S's free block at %p, got %p", p, q);
-        cr_assert_eq(after.num_stream_waits, before.num_stream_waits + 1, "T's stream must wait on S's fence");
-        cr_assert_eq(after.reserved_bytes, before.reserved_bytes, "a borrow reserves nothing new");
-    } else {
-        cr_assert(!in_s_range, "S's block %p is busy: T got %p inside it without reuse_wait", p, q);
-        cr_assert_eq(after.num_stream_waits, before.num_stream_waits, "reuse_wait:off made a stream wait");
-    }
-    launch(T, q, size, GP_SIM_WRITE, 2, SHORT_NS);
-    launch(T, q, size, GP_SIM_CHECK, 2, SHORT_NS);
+/* The pool (sim-vmm, `config`) with S's busy free block p beside its live block *k; returns p. */
+static void *busy_block_beside_live_one(const char *config, void **k)
+{
+    open_pool_on("sim-vmm", config);
+    void *p = alloc_on(BUSY_BLOCK_SIZE, S);
+    *k = alloc_on(BUSY_BLOCK_SIZE, S);
+    launch(S, p, BUSY_BLOCK_SIZE, GP_SIM_WRITE, 1, LONG_NS);
+    free_on(p, S);
+    return p;
+}
+
+/* T writes and checks q, which it got while S's kernel ran; the sim must see nothing wrong; then all
+ * is freed and the pool closed. */
+static void use_on_t_and_close(void *q, void *k, const char *when)
+{
+    launch(T, q, BUSY_BLOCK_SIZE, GP_SIM_WRITE, 2, SHORT_NS);
+    launch(T, q, BUSY_BLOCK_SIZE, GP_SIM_CHECK, 2, SHORT_NS);
     gp_sim_synchronize(sim);
-    assert_clean("T uses what it got while S's kernel ran");
+    assert_clean(when);
     free_on(q, T);
     free_on(k, S);
     close_pool(0);
+}
+
+static bool inside(const void *q, const void *p)
+{
+    return (uintptr_t)q + BUSY_BLOCK_SIZE > (uintptr_t)p && (uintptr_t)q < (uintptr_t)p + BUSY_BLOCK_SIZE;
+}
+
+static void borrow_from_busy_stream(bool reuse_wait)
+{
+    void *k;
+    const char *config = reuse_wait ? "device_memory:256MiB,reuse_wait:on" : "device_memory:256MiB";
+    void *p = busy_block_beside_live_one(config, &k);
+    gp_stats before = stats();
+    void *q = alloc_on(BUSY_BLOCK_SIZE, T);
+    gp_stats after = stats();
+    if (reuse_wait) {
+        cr_assert(inside(q, p), "T should borrow S's free block at %p, got %p", p, q);
+        cr_assert_eq(after.num_stream_waits, before.num_stream_waits + 1, "T's stream must wait on S's fence");
+        cr_assert_eq(after.reserved_bytes, before.reserved_bytes, "a borrow reserves nothing new");
+    } else {
+        cr_assert(!inside(q, p), "S's block %p is busy: T got %p inside it without reuse_wait", p, q);
+        cr_assert_eq(after.num_stream_waits, before.num_stream_waits, "reuse_wait:off made a stream wait");
+    }
+    use_on_t_and_close(q, k, "T uses what it got while S's kernel ran");
 }
 
 Test(stream_order, vmm_borrow_from_busy_stream_waits_on_its_fence)
@@ -273,27 +293,16 @@ Test(stream_order, vmm_borrow_from_busy_stream_refused_without_reuse_wait)
  * nothing races, leaks or is lost. */
 Test(stream_order, vmm_borrow_whose_wait_fails_takes_other_memory)
 {
-    open_pool_on("sim-vmm", "device_memory:256MiB,reuse_wait:on");
-    size_t size = 6 * MIB;
-    void *p = alloc_on(size, S);
-    void *k = alloc_on(size, S);
-    launch(S, p, size, GP_SIM_WRITE, 1, LONG_NS);
-    free_on(p, S);
+    void *k;
+    void *p = busy_block_beside_live_one("device_memory:256MiB,reuse_wait:on", &k);
     gp_sim_fail_call(sim, 1, GP_SIM_CALL_STREAM_WAIT, GP_ERR_DEVICE);
     gp_stats before = stats();
-    void *q = alloc_on(size, T);
+    void *q = alloc_on(BUSY_BLOCK_SIZE, T);
     gp_stats after = stats();
     cr_assert_eq(gp_sim_faults_injected(sim), 1, "the wait was not attempted");
-    cr_assert((uintptr_t)q + size <= (uintptr_t)p || (uintptr_t)q >= (uintptr_t)p + size,
-              "the wait failed, yet T got %p inside S's busy block %p", q, p);
+    cr_assert(!inside(q, p), "the wait failed, yet T got %p inside S's busy block %p", q, p);
     cr_assert_eq(after.num_stream_waits, before.num_stream_waits, "a failed wait is not a wait");
-    launch(T, q, size, GP_SIM_WRITE, 2, SHORT_NS);
-    launch(T, q, size, GP_SIM_CHECK, 2, SHORT_NS);
-    gp_sim_synchronize(sim);
-    assert_clean("T uses its own memory");
-    free_on(q, T);
-    free_on(k, S);
-    close_pool(0);
+    use_on_t_and_close(q, k, "T uses its own memory");
 }
 
 /*
