@@ -101,6 +101,11 @@ static int free_pending(gp_pool_state *p, gp_stream_state *owner, gp_block *b, g
         return rc;
     }
     retire(p, owner, b);
+    /* The owner's fence must cover its own uses, unless the block was borrowed and freed on another
+     * stream: then the owner has not used it since the borrow, which waited for its earlier uses. */
+    bool owner_used = !b->borrowed || also == NULL || also->handle == owner->handle;
+    b->free_seq = owner_used ? gp_heap_free_stamp(gp_heap_of(owner, b->segment->small)) : 0;
+    b->borrowed = !owner_used; /* while PENDING: its borrower may take it back (gp_pending_take_back) */
     b->state = GP_BLOCK_PENDING;
     GP_LIST_APPEND(owner->pending, owner->pending_tail, b, list_prev, list_next);
     owner->pending_bytes += b->size;
@@ -316,8 +321,14 @@ GP_API int gp_record_stream(gp_pool *pool, void *ptr, gp_stream stream)
         return GP_OK; /* a use inside the capture: the graph orders it (see api/capture.c) */
     uintptr_t addr = (uintptr_t)ptr;
     gp_stream_state *owner = owner_of_live(p, addr);
-    if (owner != NULL && owner->handle == stream)
-        return GP_OK; /* its own stream: nothing to record */
+    if (owner != NULL && owner->handle == stream) { /* its own stream: nothing to record, but a */
+        pthread_mutex_lock(&owner->lock);           /* borrowed block's owner fence must cover it now */
+        gp_block *b = gp_block_map_find(&owner->live, addr);
+        if (b != NULL)
+            b->borrowed = false;
+        pthread_mutex_unlock(&owner->lock);
+        return GP_OK;
+    }
     gp_stream_state *user = NULL;
     if (owner != NULL && (rc = gp_pool_current_state(p, stream, true, &user)) != GP_OK)
         return rc;

@@ -53,14 +53,16 @@ GP_API int gp_stream_forget(gp_pool *pool, gp_stream stream)
     unsigned count = atomic_load(&p->streams.count);
     for (unsigned i = 0; i < count; i++) {
         gp_stream_state *st = p->streams.by_index[i];
-        if (st->handle != stream || st->fence == NULL)
+        if (st->handle != stream)
+            continue;
+        st->done_seq = st->fence_seq = st->free_seq; /* every use of what it freed is over (step 1) */
+        if (st->fence == NULL)
             continue;
         if (st->fence_recorded)
             p->ops->event_synchronize(p->ctx, st->fence); /* complete already (step 1) */
         gp_event_pool_put(&p->events, st->fence);
         st->fence = NULL;
         st->fence_recorded = false;
-        st->fence_dirty = false;
     }
     for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next)
         for (gp_block *b = seg->first; b != NULL; b = b->next) {

@@ -51,8 +51,15 @@ typedef struct gp_block {
     struct gp_block *list_prev, *list_next; /* FREE: its free list; PENDING: its stream's pending list */
     struct gp_segment *segment;
     gp_block_state state;
+    /* LIVE: handed out to another stream of its owner's tenant (provider/vmm.c: borrow) and used on no
+     * work of its owner's stream since (a gp_record_stream naming that stream clears it): freed on
+     * another stream, it needs no fence of its owner (api/free.c). */
+    bool borrowed;
     unsigned size_class; /* FREE: the list it is on */
     uint64_t free_since; /* FREE: the pool's coarse clock when it became free (idle release) */
+    /* FREE or QUICK: its heap's free clock (gp_heap.clock) when it was last freed, or of the block it
+     * was split from; a fence recorded at a later clock covers every use of it (provider.h). */
+    uint64_t free_seq;
     unsigned quick_epoch; /* QUICK: its heap's quick_epoch when it was freed (ds/heap.h: aging) */
     /* Streams other than the owner on which the block is used (gp_record_stream, or a free on another
      * stream). PENDING: events[i] was recorded on uses[i] at the free. */
@@ -140,6 +147,7 @@ typedef struct gp_alias_home {
 typedef struct gp_alias_loan {
     struct gp_stream_state *holder; /* NULL: not lent (SHADOW only for its owner's own alias) */
     bool active;                    /* the holder's slot is in use; else the page is parked there */
+    uint64_t parked_seq;            /* parked: the holder's free clock when it stopped using the page */
 } gp_alias_loan;
 
 /* True for a block with no memory of its own behind it: UNMAPPED, or SHADOW (its memory is counted at

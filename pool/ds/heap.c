@@ -108,7 +108,7 @@ static unsigned next_nonempty(const gp_heap *heap, unsigned c)
     return GP_CLASS_COUNT;
 }
 
-size_t gp_heap_fit(gp_heap *heap, size_t size)
+const gp_block *gp_heap_best(gp_heap *heap, size_t size)
 {
     assert(size > 0 && size % GP_GRANULE == 0);
     unsigned c = gp_size_class(size);
@@ -116,10 +116,10 @@ size_t gp_heap_fit(gp_heap *heap, size_t size)
     if (b == NULL) {
         unsigned up = next_nonempty(heap, c);
         if (up == GP_CLASS_COUNT)
-            return 0;
+            return NULL;
         b = best_in_list(heap->lists[up], size);
     }
-    return b != NULL ? b->size : 0;
+    return b;
 }
 
 gp_block *gp_heap_take(gp_heap *heap, gp_block_cache *cache, size_t size)
@@ -144,6 +144,7 @@ gp_block *gp_heap_take(gp_heap *heap, gp_block_cache *cache, size_t size)
         rest->segment = b->segment;
         rest->state = GP_BLOCK_FREE;
         rest->free_since = b->free_since;
+        rest->free_seq = b->free_seq;
         rest->prev = b;
         rest->next = b->next;
         if (b->next != NULL)
@@ -233,18 +234,22 @@ gp_block *gp_heap_release(gp_heap *heap, gp_block_cache *cache, gp_block *b)
     b->state = GP_BLOCK_FREE;
     b->requested = 0;
     gp_block_drop_uses(b);
+    uint64_t seq = b->free_seq; /* the merged block's: the latest of its parts', which covers them all */
     if (b->next != NULL && b->next->state == GP_BLOCK_FREE) {
+        seq = b->next->free_seq > seq ? b->next->free_seq : seq;
         gp_heap_remove(heap, b->next);
         absorb(cache, b, b->next);
     }
     if (b->prev != NULL && b->prev->state == GP_BLOCK_FREE) {
         gp_block *left = b->prev;
+        seq = left->free_seq > seq ? left->free_seq : seq;
         gp_heap_remove(heap, left);
         absorb(cache, left, b);
         b = left;
     }
     if (b->prev == NULL)
         b->segment->first = b;
+    b->free_seq = seq;
     gp_heap_insert(heap, b);
     return b;
 }

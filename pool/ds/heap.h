@@ -50,6 +50,11 @@ typedef struct gp_heap {
     /* Aging (above): the stamp of blocks freed now, and the takes and releases since it began. */
     unsigned quick_epoch;
     unsigned quick_ticks;
+    /* The free clock (gp_heap_free_stamp): whoever frees a block that was used stamps it (free_seq)
+     * before gp_heap_release or gp_heap_quick_put. It points at the owning stream's counter (both
+     * heaps of a stream share one, so that one fence covers both); NULL: own_clock. */
+    uint64_t *clock;
+    uint64_t own_clock;
 } gp_heap;
 
 /* A cache of block structs, so that splitting needs no malloc in steady state. */
@@ -66,7 +71,14 @@ void gp_block_recycle(gp_block_cache *cache, gp_block *b); /* b must not be on a
 void gp_block_drop_uses(gp_block *b);
 void gp_block_cache_clear(gp_block_cache *cache);
 
-/* Puts a FREE block on its list. */
+/* The next stamp of the heap's free clock (heap.h: clock), for a block freed now. */
+static inline uint64_t gp_heap_free_stamp(gp_heap *heap)
+{
+    return ++*(heap->clock != NULL ? heap->clock : &heap->own_clock);
+}
+
+/* Puts a FREE block on its list (its free_seq unchanged: a block inserted was free already, or is
+ * memory no stream has used). */
 void gp_heap_insert(gp_heap *heap, gp_block *b);
 /* Takes a FREE block off its list. */
 void gp_heap_remove(gp_heap *heap, gp_block *b);
@@ -77,12 +89,13 @@ void gp_heap_remove(gp_heap *heap, gp_block *b);
  * block fits or when a split needs a block struct and host memory is exhausted.
  */
 gp_block *gp_heap_take(gp_heap *heap, gp_block_cache *cache, size_t size);
-/* The size of the free block gp_heap_take(heap, ..., size) would take (before splitting); 0 when none
- * fits. Quick lists are not looked at. */
-size_t gp_heap_fit(gp_heap *heap, size_t size);
+/* The free block gp_heap_take(heap, ..., size) would take (before splitting), left on its list; NULL
+ * when none fits. Quick lists are not looked at. */
+const gp_block *gp_heap_best(gp_heap *heap, size_t size);
 
-/* Frees b (not on any list): coalesces it with FREE neighbours, marks it FREE, puts it on the lists.
- * Returns the resulting block. */
+/* Frees b (not on any list, its free_seq stamped by the caller): coalesces it with FREE neighbours,
+ * marks it FREE, puts it on the lists. Returns the resulting block, whose free_seq is the latest of its
+ * parts'. */
 gp_block *gp_heap_release(gp_heap *heap, gp_block_cache *cache, gp_block *b);
 
 /* A QUICK block of exactly `size` bytes, taken off its quick list (still marked QUICK), or NULL. */
@@ -100,7 +113,8 @@ static inline gp_block *gp_heap_quick_take(gp_heap *heap, size_t size)
     return b;
 }
 
-/* Puts b (freed, on no list) on its quick list; false when b is too large or the list is full. */
+/* Puts b (freed, on no list, its free_seq stamped by the caller) on its quick list; false when b is
+ * too large or the list is full. */
 bool gp_heap_quick_put(gp_heap *heap, gp_block *b);
 
 /* Returns every QUICK block to the free lists, coalescing. */

@@ -104,6 +104,7 @@ int gp_stream_add(gp_stream_table *table, gp_stream handle, struct gp_tenant *te
     st->handle = handle;
     st->tenant = tenant;
     st->index = count;
+    st->small.clock = st->large.clock = &st->free_seq; /* one fence covers both heaps */
     atomic_init(&st->pending_count, 0);
     pthread_mutex_init(&st->lock, NULL);
     table->by_index[count] = st;

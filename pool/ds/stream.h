@@ -52,11 +52,14 @@ typedef struct gp_stream_state {
     /* Thread caches holding blocks of this stream (provider/thread_cache.h), linked under this lock. */
     struct gp_tc_entry *lenders;
 
-    /* Steal fence: an event recorded on this stream when another stream wants its free segments.
-     * fence_dirty says a free happened since it was recorded. */
+    /* The fence (provider/provider.h: gp_stream_done): which of this stream's frees are finished on
+     * the device, for other streams that would take its free memory. free_seq is the free clock of
+     * both heaps (ds/heap.h: every block freed is stamped with it, advanced); the event `fence`, while
+     * fence_recorded, was recorded when the clock read fence_seq; done_seq: every block stamped at or
+     * before it is used by no work of this stream any more. done_seq <= fence_seq <= free_seq. */
+    uint64_t free_seq, fence_seq, done_seq;
     gp_event fence;
     bool fence_recorded;
-    bool fence_dirty;
 
     /* Counters owned by this stream (summed by gp_get_stats); live blocks are live.count. */
     uint64_t num_allocs, num_frees;

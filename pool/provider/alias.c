@@ -82,6 +82,7 @@ static void unshadow_home(gp_pool_state *p, gp_segment *seg, uintptr_t va, uint6
     gp_block *b = block_at(seg, va);
     assert(b->state == GP_BLOCK_SHADOW && b->addr == va && b->size == p->page);
     (void)p;
+    b->free_seq = gp_heap_free_stamp(gp_heap_of(owner, false)); /* used at its alias until now */
     gp_heap_release(gp_heap_of(owner, false), &owner->blocks, b)->free_since = now;
 }
 
@@ -113,6 +114,7 @@ static void give_spares(gp_stream_state *st, gp_block **spare, size_t have)
 typedef struct lent_page {
     size_t j;               /* page index in the stitched range */
     gp_stream_state *from;  /* the holder it was parked with, or NULL: it was FREE at home */
+    uint64_t parked_seq;    /* from's: the loan's parked_seq */
 } lent_page;
 
 /* Undoes lend_homes: a page taken FREE is FREE at home again, one taken from a holder is parked
@@ -126,11 +128,11 @@ static void unlend(gp_pool_state *p, gp_segment *r, const lent_page *lent, size_
         gp_stream_state *lock = lent[k].from != NULL ? lent[k].from : h.seg->owner;
         pthread_mutex_lock(&lock->lock);
         if (lent[k].from != NULL) {
-            *l = (gp_alias_loan){lent[k].from, false};
+            *l = (gp_alias_loan){lent[k].from, false, lent[k].parked_seq};
             lent[k].from->parked_bytes += p->page;
         } else {
             unshadow_home(p, h.seg, home_va(p, h), now);
-            *l = (gp_alias_loan){NULL, false};
+            *l = (gp_alias_loan){NULL, false, 0};
             h.seg->loans_held--;
         }
         pthread_mutex_unlock(&lock->lock);
@@ -139,9 +141,10 @@ static void unlend(gp_pool_state *p, gp_segment *r, const lent_page *lent, size_
 
 /*
  * Lends st the foreign homes of r's pages [first, first + n) that st does not hold yet, one stream
- * locked at a time: a home FREE in its owner's heap, once the owner's work is done (gp_stream_idle:
- * nothing it queued before freeing the page can still use it), becomes SHADOW there; a home parked
- * with another holder passes to st once that holder's work is done. Either way st holds it, in use
+ * locked at a time: a home FREE in its owner's heap, once the owner's work on it is done (its fence
+ * covers the page's block: gp_stream_done_upto; nothing it queued before freeing the page can still
+ * use it), becomes SHADOW there; a home parked with another holder passes to st once that holder's
+ * fence covers the page's parking. Either way st holds it, in use
  * (active). Their indices go to lent[] (*count). false, with nothing lent, when a home is in use, a
  * stream is busy, or host memory is out. Pool lock held, no stream lock.
  */
@@ -159,14 +162,17 @@ static bool lend_homes(gp_pool_state *p, gp_stream_state *st, gp_segment *r, siz
         /* every page of this block that the same stream gives, at once */
         pthread_mutex_lock(&o->lock);
         size_t mine = 0;
+        uint64_t need = 0; /* o's free clock that its fence must have passed */
         for (size_t k = j; ok && k < first + n; k++) {
             gp_alias_home hk = r->homes[k];
             if (!foreign_home(r, hk) || loan_of(hk)->holder != from || (from == NULL && hk.seg->owner != o))
                 continue;
             ok = from != NULL ? !loan_of(hk)->active : !hk.seg->paused && page_is_free(p, hk.seg, home_va(p, hk));
+            uint64_t seq = !ok ? 0 : from != NULL ? loan_of(hk)->parked_seq : block_at(hk.seg, home_va(p, hk))->free_seq;
+            need = seq > need ? seq : need;
             mine++;
         }
-        ok = ok && gp_stream_idle(p, o);
+        ok = ok && gp_stream_done_upto(p, o, need);
         gp_block **spare = ok && from == NULL ? take_spares(o, 2 * mine) : NULL;
         ok = ok && (from != NULL || spare != NULL);
         size_t left = from == NULL ? 2 * mine : 0;
@@ -174,14 +180,15 @@ static bool lend_homes(gp_pool_state *p, gp_stream_state *st, gp_segment *r, siz
             gp_alias_home hk = r->homes[k];
             if (!foreign_home(r, hk) || loan_of(hk)->holder != from || (from == NULL && hk.seg->owner != o))
                 continue;
+            uint64_t parked_seq = loan_of(hk)->parked_seq;
             if (from == NULL) {
                 shadow_home(p, hk.seg, home_va(p, hk), spare, &left);
                 hk.seg->loans_held++;
             } else {
                 from->parked_bytes -= p->page;
             }
-            *loan_of(hk) = (gp_alias_loan){st, true};
-            lent[(*count)++] = (lent_page){k, from};
+            *loan_of(hk) = (gp_alias_loan){st, true, 0};
+            lent[(*count)++] = (lent_page){k, from, parked_seq};
         }
         if (spare != NULL)
             give_spares(o, spare, left);
@@ -246,6 +253,8 @@ static gp_block *activate(gp_pool_state *p, gp_stream_state *st, gp_segment *r, 
         if (out->size > rsize) {
             gp_block *tail = gp_pages_split(out, rsize, spare[--left]);
             tail->state = GP_BLOCK_FREE;
+            /* its homes' earlier uses on st (or lent: over) are covered by st's fence from now on */
+            tail->free_seq = gp_heap_free_stamp(gp_heap_of(st, false));
             tail->free_since = atomic_load_explicit(&p->coarse_now, memory_order_relaxed);
             gp_heap_insert(gp_heap_of(st, false), tail);
         }
@@ -274,6 +283,7 @@ static void swap_home_back(gp_pool_state *p, gp_stream_state *owner, gp_segment 
     gp_alias_loan *l = loan_of(h);
     assert(l->holder == owner && l->active);
     l->active = false;
+    l->parked_seq = gp_heap_free_stamp(gp_heap_of(owner, false)); /* freed on owner, as a block is */
     owner->parked_bytes += p->page; /* cached memory: in use nowhere now */
 }
 
@@ -453,7 +463,7 @@ static int drop_idle_slots(gp_pool_state *p, gp_segment *r)
             gp_stream_state *holder = foreign_home(r, h) ? holder_of(h) : NULL;
             if (holder != NULL && holder == r->owner && !loan_of(h)->active) {
                 unshadow_home(p, h.seg, home_va(p, h), now);
-                *loan_of(h) = (gp_alias_loan){NULL, false};
+                *loan_of(h) = (gp_alias_loan){NULL, false, 0};
                 h.seg->loans_held--;
                 holder->parked_bytes -= p->page;
             }
@@ -544,14 +554,14 @@ static int own_then_smaller_block_first(const void *a, const void *b)
 
 /* Appends every whole free page of o's ordinary large ranges (o locked) as a home for st's new stitched
  * range. false when host memory is out. */
-static bool free_pages(gp_pool_state *p, gp_stream_state *o, gp_stream_state *st, candidate **c, size_t *n,
-                       size_t *cap)
+static bool free_pages(gp_pool_state *p, gp_stream_state *o, gp_stream_state *st, uint64_t upto, candidate **c,
+                       size_t *n, size_t *cap)
 {
     for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
         if (!home_range(seg, o))
             continue;
         for (const gp_block *b = seg->first; b != NULL; b = b->next) {
-            if (b->size < p->page || b->state != GP_BLOCK_FREE)
+            if (b->size < p->page || b->state != GP_BLOCK_FREE || b->free_seq > upto)
                 continue;
             uintptr_t va = seg->addr + gp_div_up(b->addr - seg->addr, p->page) * p->page;
             for (; va + p->page <= b->addr + b->size; va += p->page) {
@@ -826,7 +836,7 @@ size_t gp_alias_free_pages(gp_pool_state *p, gp_stream_state *st)
     size_t count = 0, cap = 0;
     candidate *c = NULL;
     pthread_mutex_lock(&st->lock);
-    if (!free_pages(p, st, st, &c, &count, &cap))
+    if (!free_pages(p, st, st, UINT64_MAX, &c, &count, &cap))
         count = 0; /* host memory is out: nothing to stitch */
     pthread_mutex_unlock(&st->lock);
     free(c);
@@ -841,19 +851,19 @@ gp_block *gp_alias_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, s
     size_t count = 0, cap = 0;
     candidate *c = NULL;
     pthread_mutex_lock(&st->lock);
-    bool ok = free_pages(p, st, st, &c, &count, &cap);
+    bool ok = free_pages(p, st, st, UINT64_MAX, &c, &count, &cap);
     pthread_mutex_unlock(&st->lock);
     /* With loans, other streams' free pages too (for a new range where the stream's own do not
-     * suffice, and to tell which homes of an idle block are free for its repair): only of streams
-     * whose work is done (their free pages are unused, as a borrowed block's are), each locked alone. */
+     * suffice, and to tell which homes of an idle block are free for its repair): only those their
+     * stream's fence says are unused (freed before it: provider.h), as a borrowed block's are, each
+     * stream locked alone. */
     unsigned streams = atomic_load(&p->streams.count);
     for (unsigned i = 0; ok && lend && i < streams; i++) {
         gp_stream_state *o = p->streams.by_index[i];
         if (o == st || o->tenant != st->tenant)
             continue;
         pthread_mutex_lock(&o->lock);
-        if (gp_stream_idle(p, o))
-            ok = free_pages(p, o, st, &c, &count, &cap);
+        ok = free_pages(p, o, st, gp_stream_done(p, o), &c, &count, &cap);
         pthread_mutex_unlock(&o->lock);
     }
     gp_block *out = NULL;
@@ -883,15 +893,15 @@ gp_block *gp_alias_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, s
 }
 
 /*
- * Gives the pages of st's ranges (every stream's: NULL) parked with other streams whose work is done
- * back to their owner's heap (FREE). Pool lock held, no stream lock. Returns the pages reclaimed.
+ * Gives the pages of st's ranges (every stream's: NULL) parked with other streams whose work on them is
+ * done (the holder's fence covers the parking) back to their owner's heap (FREE). Pool lock held, no stream lock. Returns the pages reclaimed.
  */
 size_t gp_alias_reclaim(gp_pool_state *p, gp_stream_state *st)
 {
     size_t got = 0;
     uint64_t now = atomic_load_explicit(&p->coarse_now, memory_order_relaxed);
-    gp_stream_state *asked = NULL; /* the holder last asked, and its answer (one event query each) */
-    bool asked_idle = false;
+    gp_stream_state *asked = NULL; /* the holder last asked, and its fence's answer (one poll each) */
+    uint64_t asked_done = 0;
     for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
         if (seg->loans_held == 0 || (st != NULL && seg->owner != st) || seg->paused)
             continue;
@@ -907,12 +917,12 @@ size_t gp_alias_reclaim(gp_pool_state *p, gp_stream_state *st)
             bool idle = !l->active;
             if (idle && asked != holder) {
                 asked = holder;
-                asked_idle = gp_stream_idle(p, holder);
+                asked_done = gp_stream_done(p, holder);
             }
-            idle = idle && asked_idle;
+            idle = idle && l->parked_seq <= asked_done;
             if (idle) {
                 holder->parked_bytes -= p->page;
-                *l = (gp_alias_loan){NULL, false};
+                *l = (gp_alias_loan){NULL, false, 0};
             }
             pthread_mutex_unlock(&holder->lock);
             if (!idle)
@@ -1063,7 +1073,7 @@ static int own_page(gp_pool_state *p, gp_segment *r, size_t j)
     r->mapped_bytes += p->page;
     if (foreign_home(r, *h)) { /* the loan ends: the page is the holder's now */
         assert(holder_of(*h) == r->owner && loan_of(*h)->active);
-        *loan_of(*h) = (gp_alias_loan){NULL, false};
+        *loan_of(*h) = (gp_alias_loan){NULL, false, 0};
         h->seg->loans_held--;
     }
     h->seg->alias_count[h->index]--;
@@ -1231,6 +1241,7 @@ static bool lend_slot(gp_pool_state *p, gp_stream_state *st, gp_segment *r, uint
         gp_alias_home h = r->homes[gp_page_index(p, r, va)];
         shadow_home(p, h.seg, home_va(p, h), spare, &have);
         gp_block *slot = gp_pages_carve(NULL, block_at(r, va), va, p->page, spare, &have);
+        slot->free_seq = gp_heap_free_stamp(gp_heap_of(st, true));
         gp_heap_release(gp_heap_of(st, true), &st->blocks, slot)->free_since =
             atomic_load_explicit(&p->coarse_now, memory_order_relaxed);
         r->last_used = ++p->alias_clock;

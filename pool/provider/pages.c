@@ -90,6 +90,7 @@ gp_block *gp_pages_split(gp_block *b, size_t offset, gp_block *right)
     right->segment = b->segment;
     right->state = b->state;
     right->free_since = b->free_since;
+    right->free_seq = b->free_seq;
     right->prev = b;
     right->next = b->next;
     if (b->next != NULL)
@@ -239,6 +240,7 @@ size_t gp_pages_map_front(gp_pool_state *p, gp_stream_state *st, gp_segment *seg
         gp_block_recycle(&st->blocks, rest);
     seg->mapped_bytes += done * p->page;
     gp_tenant_charge(st->tenant, (int64_t)(done * p->page));
+    u->free_seq = 0; /* pages no stream has used since they were mapped here */
     gp_block *merged = gp_heap_release(gp_heap_of(st, seg->small), &st->blocks, u);
     merged->free_since = atomic_load(&p->coarse_now);
     return done;

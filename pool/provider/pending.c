@@ -10,6 +10,7 @@
 #include <assert.h>
 
 #include "base/list.h"
+#include "provider/pages.h"
 #include "provider/thread_cache.h"
 
 /*
@@ -80,6 +81,48 @@ void gp_pending_collect(gp_pool_state *p, gp_stream_state *st, unsigned limit)
         }
         b = next;
     }
+}
+
+gp_block *gp_pending_take_back(gp_pool_state *p, gp_stream_state *lender, gp_stream_state *taker, size_t size,
+                               bool small)
+{
+    gp_block *b = NULL; /* the smallest that fits */
+    for (gp_block *c = lender->pending; c != NULL; c = c->list_next)
+        if (c->borrowed && c->size >= size && c->segment->small == small && c->use_count == 1 &&
+            gp_block_uses(c)[0]->handle == taker->handle && (b == NULL || c->size < b->size))
+            b = c;
+    if (b == NULL)
+        return NULL;
+    gp_event *events = gp_block_events(b);
+    bool split = b->size > size;
+    if (split) { /* the rest stays PENDING on the same event, in b's place on the list */
+        gp_block *rest = gp_block_new(&lender->blocks);
+        if (rest == NULL)
+            return NULL;
+        gp_pages_split(b, size, rest);
+        rest->borrowed = true;
+        rest->use_count = 1;
+        gp_block_uses(rest)[0] = taker;
+        gp_block_events(rest)[0] = events[0];
+        events[0] = NULL;
+        rest->list_prev = b;
+        rest->list_next = b->list_next;
+        if (b->list_next != NULL)
+            b->list_next->list_prev = rest;
+        else
+            lender->pending_tail = rest;
+        b->list_next = rest;
+    }
+    GP_LIST_UNLINK(lender->pending, lender->pending_tail, b, list_prev, list_next);
+    b->list_prev = b->list_next = NULL;
+    lender->pending_bytes -= b->size;
+    if (!split)
+        atomic_fetch_sub_explicit(&lender->pending_count, 1, memory_order_relaxed);
+    if (events[0] != NULL) /* recorded on taker, which orders what comes next by itself */
+        gp_event_pool_put(&p->events, events[0]);
+    events[0] = NULL;
+    b->use_count = 0;
+    return b;
 }
 
 typedef struct aging {

@@ -17,6 +17,19 @@ static inline void gp_block_to_heap(gp_pool_state *p, gp_stream_state *owner, gp
 /* Moves PENDING blocks of st whose events have all completed back to its heap; scans at most `limit`
  * blocks (0 = all). st locked. */
 void gp_pending_collect(gp_pool_state *p, gp_stream_state *st, unsigned limit);
+/*
+ * The smallest PENDING block of `lender` (locked) of at least `size` bytes in its `small` heap's ranges
+ * that `taker` borrowed (provider/vmm.c) and freed on its own stream, used by no other stream (its one
+ * event is on taker) and not by lender's since the borrow: cut to `size` (the rest stays PENDING on the
+ * same event, which covers it as before), taken off the list, its event back in the pool when it kept
+ * it, to be handed out to taker again (still PENDING). taker's own stream orders its uses, so it may
+ * use the block again at once, as any stream reuses its own frees, where every other stream waits for
+ * the event. Why: a borrower frees what it borrowed when its step ends and asks for the same sizes in
+ * its next step; without this the blocks wait for its event (its last work of the step), and the step
+ * grows the pool meanwhile. NULL when none (or host memory for the cut is out).
+ */
+gp_block *gp_pending_take_back(gp_pool_state *p, gp_stream_state *lender, gp_stream_state *taker, size_t size,
+                               bool small);
 /* Returns every stream's thread-cached, completed pending and quick-listed blocks to its free lists
  * (coalescing), so that wholly free segments and pages show. Pool lock held, no stream lock. */
 void gp_collect_all_pending(gp_pool_state *p);
@@ -46,7 +59,9 @@ static inline void gp_block_to_heap(gp_pool_state *p, gp_stream_state *owner, gp
     gp_history_note(p, GP_HIST_FREE_COMPLETED, b->addr, b->requested, owner->handle, owner->tenant->index);
     uint64_t now = atomic_load_explicit(&p->coarse_now, memory_order_relaxed);
     gp_heap *heap = gp_heap_of(owner, b->segment->small);
-    owner->fence_dirty = true;
+    if (b->state != GP_BLOCK_PENDING) /* a PENDING block was stamped at its free (api/free.c) */
+        b->free_seq = gp_heap_free_stamp(heap);
+    b->borrowed = false;
     b->free_since = now;
     if (owner->lenders != NULL && b->size < GP_QUICK_CLASSES * GP_GRANULE)
         gp_thread_cache_return(p, owner);

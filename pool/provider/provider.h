@@ -71,22 +71,45 @@ size_t gp_provider_trim_tenant(gp_pool_state *p, gp_tenant *t, size_t want);
 gp_block *gp_provider_take(gp_pool_state *p, gp_stream_state *st, gp_segment *seg, bool small, size_t rsize,
                            size_t size);
 
-/* True when all of st's work up to its last free into its heap has completed (its fence event, recorded
- * anew if st freed since, has completed): st's free blocks are then idle on the device. st locked.
- * (provider/segment.c) */
-bool gp_stream_idle(gp_pool_state *p, gp_stream_state *st);
+/*
+ * Fences: when another stream may take st's free memory. Every block freed into st's heaps is stamped
+ * with st's free clock (ds/heap.h: free_seq); st's fence event, recorded when the clock read
+ * fence_seq, covers every use of the blocks stamped up to then. gp_stream_done_upto answers whether
+ * the uses of a block stamped `seq` are over: at once when an earlier fence said so (done_seq), else
+ * by querying the fence in flight, and, once that one has completed and st has freed since, by
+ * recording the fence anew and querying it.
+ *
+ * Why generations. A fence recorded anew at every question while st keeps freeing never completes
+ * while st is busy (the newest record waits for st's newest work), so a stream that is never idle
+ * (a training loop, a server under load) could never give memory to another, however long ago it
+ * freed it. A fence left in flight until it completes answers for everything freed before it was
+ * recorded, one fence round later: st's free memory reaches other streams with the lag of st's own
+ * queue, and never before its uses are over. On an idle stream the first record completes at once,
+ * as before. st locked. (provider/segment.c)
+ */
+bool gp_stream_done_upto(gp_pool_state *p, gp_stream_state *st, uint64_t seq);
+
+/* done_seq after polling st's fence: the blocks st freed stamped up to it are idle on the device. */
+uint64_t gp_stream_done(gp_pool_state *p, gp_stream_state *st);
 
 /*
- * Whether `taker` may use owner's free memory from now on: owner is idle (gp_stream_idle), or, with
- * reuse_wait:on (off by default: measured worse with busy streams, bench/RESULTS.md) and both of one
- * tenant, owner's fence is recorded and taker's stream can be made to wait
- * on it (the fence covers every free into owner's heap: stream-ordered reuse by an event, as
- * cudaMallocAsync's internal dependencies). With `commit` that wait is made (cudaStreamWaitEvent):
- * call it so once the memory is taken, without it to choose; a failed wait answers false. owner
- * locked. Across tenants only idleness counts: one model's stream never waits on another model's
- * work (their latencies stay apart). (provider/segment.c)
+ * Whether `taker` may use owner's free memory stamped `seq` from now on: its uses are over
+ * (gp_stream_done_upto), or, with reuse_wait:on (off by default: measured worse with busy streams,
+ * bench/RESULTS.md) and both of one tenant, taker's stream can be made to wait on an owner fence
+ * recorded after it (stream-ordered reuse by an event, as cudaMallocAsync's internal dependencies).
+ * With `commit` that wait is made (cudaStreamWaitEvent, on the fence in flight when it covers seq,
+ * else on one recorded now): call it so once the memory is taken, without it to choose; a failed
+ * wait answers false. owner locked. Across tenants only completion counts: one model's stream never
+ * waits on another model's work (their latencies stay apart). (provider/segment.c)
  */
-bool gp_stream_reusable(gp_pool_state *p, gp_stream_state *owner, gp_stream_state *taker, bool commit);
+bool gp_stream_reusable(gp_pool_state *p, gp_stream_state *owner, gp_stream_state *taker, uint64_t seq,
+                        bool commit);
+
+/* The FREE blocks of seg, which came to st from another stream (a steal; seg in transit, pool lock
+ * held, st not locked), stamped for st's fence: 0 when the other stream's uses of them were over
+ * (none of st's is pending), else (`waited`: st's stream waits on the other's fence) with st's free
+ * clock, so that a third stream that takes them waits for st's work, which now includes that wait. */
+void gp_segment_restamp(gp_stream_state *st, gp_segment *seg, bool waited);
 
 /* Counts an OOM and fills the thread's message for a request the device cannot hold. */
 int gp_provider_out_of_memory(gp_pool_state *p, size_t size, gp_stream stream);

@@ -17,51 +17,93 @@
 #include "provider/pool_ledger.h"
 #include "provider/provider.h"
 
-/*
- * True when every use of st's free memory so far is known to be finished: st's fence event, recorded
- * after the last free into its heap, has completed. Records the fence anew when st freed since.
- * st locked; *recorded tells the caller that a fence exists to wait on.
- */
-static bool fence_ready(gp_pool_state *p, gp_stream_state *st, bool *recorded)
+/* st's fence event (st locked), taken from the event pool on first use; NULL when none is to be had
+ * or a graph is being captured (no event record or query then). */
+static gp_event fence_event(gp_pool_state *p, gp_stream_state *st)
 {
-    *recorded = false;
-    if (gp_capture_underway()) /* no event record or query while a graph is captured */
-        return false;
-    if (st->lenders != NULL) /* a free into a thread cache dirties the fence as one into the heap */
-        gp_thread_cache_return(p, st);
-    if (st->fence == NULL && gp_event_pool_get(&p->events, &st->fence) != GP_OK) {
+    if (gp_capture_underway())
+        return NULL;
+    if (st->fence == NULL && gp_event_pool_get(&p->events, &st->fence) != GP_OK)
         st->fence = NULL;
+    return st->fence;
+}
+
+/* Records st's fence now (st locked): it covers everything st has freed so far. */
+static bool fence_record(gp_pool_state *p, gp_stream_state *st)
+{
+    if (p->ops->event_record(p->ctx, st->fence, st->handle) != GP_OK)
         return false;
-    }
-    if (!st->fence_recorded || st->fence_dirty) {
-        if (p->ops->event_record(p->ctx, st->fence, st->handle) != GP_OK)
-            return false;
-        st->fence_recorded = true;
-        st->fence_dirty = false;
-    }
-    *recorded = true;
-    return p->ops->event_query(p->ctx, st->fence) == GP_OK;
+    st->fence_seq = st->free_seq;
+    st->fence_recorded = true;
+    return true;
 }
 
-bool gp_stream_idle(gp_pool_state *p, gp_stream_state *st)
+/* Polls st's fence (provider.h: generations) and returns done_seq. st locked. */
+static uint64_t fence_poll(gp_pool_state *p, gp_stream_state *st)
 {
-    bool recorded;
-    return fence_ready(p, st, &recorded);
+    if (st->lenders != NULL) /* a block lent to a thread cache is stamped when it comes back */
+        gp_thread_cache_return(p, st);
+    if (st->done_seq == st->free_seq || fence_event(p, st) == NULL)
+        return st->done_seq;
+    if (st->fence_recorded) {
+        if (p->ops->event_query(p->ctx, st->fence) != GP_OK)
+            return st->done_seq; /* still in flight: it is not recorded anew (provider.h: why) */
+        st->done_seq = st->fence_seq;
+        st->fence_recorded = false;
+    }
+    if (st->done_seq < st->free_seq && fence_record(p, st) && p->ops->event_query(p->ctx, st->fence) == GP_OK) {
+        st->done_seq = st->fence_seq;
+        st->fence_recorded = false;
+    }
+    assert(st->done_seq <= st->free_seq && (!st->fence_recorded || st->fence_seq <= st->free_seq));
+    return st->done_seq;
 }
 
-bool gp_stream_reusable(gp_pool_state *p, gp_stream_state *owner, gp_stream_state *taker, bool commit)
+uint64_t gp_stream_done(gp_pool_state *p, gp_stream_state *st)
 {
-    bool recorded;
-    if (fence_ready(p, owner, &recorded))
-        return true;
-    if (!p->cfg.reuse_wait || !recorded || owner->tenant != taker->tenant || owner->handle == taker->handle)
+    return fence_poll(p, st);
+}
+
+bool gp_stream_done_upto(gp_pool_state *p, gp_stream_state *st, uint64_t seq)
+{
+    return seq <= st->done_seq || seq <= fence_poll(p, st);
+}
+
+/* Whether taker's stream can be made to wait for the uses of owner's blocks stamped `seq` (owner
+ * locked), and with `commit` the wait: on the fence in flight when it covers seq, else on one
+ * recorded now (which replaces it: done_seq moves when the new one completes). */
+static bool fence_wait(gp_pool_state *p, gp_stream_state *owner, gp_stream_state *taker, uint64_t seq, bool commit)
+{
+    if (fence_event(p, owner) == NULL)
         return false;
     if (!commit)
         return true;
+    if ((!owner->fence_recorded || owner->fence_seq < seq) && !fence_record(p, owner))
+        return false;
     if (p->ops->stream_wait_event(p->ctx, taker->handle, owner->fence) != GP_OK)
         return false;
     atomic_fetch_add(&p->num_stream_waits, 1);
     return true;
+}
+
+bool gp_stream_reusable(gp_pool_state *p, gp_stream_state *owner, gp_stream_state *taker, uint64_t seq, bool commit)
+{
+    if (gp_stream_done_upto(p, owner, seq))
+        return true;
+    if (!p->cfg.reuse_wait || owner->tenant != taker->tenant || owner->handle == taker->handle)
+        return false;
+    return fence_wait(p, owner, taker, seq, commit);
+}
+
+void gp_segment_restamp(gp_stream_state *st, gp_segment *seg, bool waited)
+{
+    if (waited)
+        pthread_mutex_lock(&st->lock);
+    for (gp_block *b = seg->first; b != NULL; b = b->next)
+        if (b->state == GP_BLOCK_FREE)
+            b->free_seq = waited ? gp_heap_free_stamp(gp_heap_of(st, seg->small)) : 0;
+    if (waited)
+        pthread_mutex_unlock(&st->lock);
 }
 
 /*
@@ -95,9 +137,9 @@ static gp_segment *steal_segment(gp_pool_state *p, gp_stream_state *st, size_t s
             continue;
         gp_stream_state *owner = seg->owner;
         pthread_mutex_lock(&owner->lock);
-        bool recorded = false;
         bool may_wait = wait || (p->cfg.steal_wait && owner->tenant == st->tenant);
-        bool usable = gp_segment_wholly_free(seg) && (fence_ready(p, owner, &recorded) || (may_wait && recorded));
+        bool usable = gp_segment_wholly_free(seg) && (gp_stream_done_upto(p, owner, seg->first->free_seq) ||
+                                                      (may_wait && fence_wait(p, owner, st, seg->first->free_seq, false)));
         pthread_mutex_unlock(&owner->lock);
         if (usable)
             best = seg;
@@ -106,15 +148,13 @@ static gp_segment *steal_segment(gp_pool_state *p, gp_stream_state *st, size_t s
         return NULL;
     gp_stream_state *owner = best->owner;
     pthread_mutex_lock(&owner->lock);
-    bool taken = false;
-    bool recorded = false;
+    bool taken = false, waited = false;
     if (gp_segment_wholly_free(best)) { /* the owner may have allocated from it since */
-        bool ready = fence_ready(p, owner, &recorded);
+        uint64_t seq = best->first->free_seq;
+        bool ready = gp_stream_done_upto(p, owner, seq);
         bool may_wait = wait || (p->cfg.steal_wait && owner->tenant == st->tenant);
-        if (!ready && may_wait && recorded && p->ops->stream_wait_event(p->ctx, st->handle, owner->fence) == GP_OK) {
-            atomic_fetch_add(&p->num_stream_waits, 1);
-            ready = true;
-        }
+        if (!ready && may_wait && fence_wait(p, owner, st, seq, true))
+            ready = waited = true;
         if (ready && gp_pool_ledger_move(p, owner->tenant, st->tenant, best->size) != GP_OK)
             ready = false; /* the taker's GPU-wide max does not allow it */
         if (ready) {
@@ -127,6 +167,8 @@ static gp_segment *steal_segment(gp_pool_state *p, gp_stream_state *st, size_t s
         }
     }
     pthread_mutex_unlock(&owner->lock);
+    if (taken)
+        gp_segment_restamp(st, best, waited);
     return taken ? best : NULL;
 }
 

@@ -26,6 +26,7 @@ static void to_quick_list(gp_stream_state *st, gp_block *b)
 {
     gp_heap *heap = gp_heap_of(st, b->segment->small);
     gp_block_map_unpromise(&st->live);
+    b->free_seq = gp_heap_free_stamp(heap); /* no other stream saw it while lent: its free counts now */
     /* The quick list stamps it now, on its way back, with the epoch of its free: an epoch ends only
      * in gp_quick_age, which returns every lender of st first (ds/heap.h), so no cached free costs a
      * stamp. */
@@ -66,8 +67,6 @@ static void fold(gp_tc_entry *e)
     memset(e->count, 0, sizeof e->count);
     memset(e->limit, 0, sizeof e->limit);
     e->lent = 0;
-    if (e->kind_frees[0] + e->kind_frees[1] != 0)
-        st->fence_dirty = true; /* a free happened, as gp_block_to_heap says */
     st->num_allocs += e->kind_allocs[0] + e->kind_allocs[1];
     st->num_frees += e->kind_frees[0] + e->kind_frees[1];
     st->requested_bytes += (size_t)e->requested;
@@ -242,8 +241,7 @@ bool gp_thread_cache_lend(gp_pool_state *p, gp_stream_state *st, gp_block *b)
         e->free[g] = b;
         e->count[g]++;
         e->limit[g] = (unsigned char)(GP_QUICK_MAX - quick); /* exact now, with st locked */
-        e->lent++;
-        st->fence_dirty = true; /* a free happened, as gp_block_to_heap says */
+        e->lent++; /* no stream but its own sees a lent block: its stamp waits for its return */
     }
     gp_tc_unlock(c, held);
     return lent;

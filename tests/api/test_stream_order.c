@@ -13,7 +13,11 @@
  *   - on device OOM, and past the cache cap within a tenant, T takes S's busy free segment by waiting on
  *     S's event (steal_wait), or, with steal_wait off, by releasing it (which synchronises the device);
  *   - on virtual memory, T borrows S's free block while S's kernel on it still runs by waiting on S's
- *     fence (reuse_wait), and with reuse_wait off gets other memory.
+ *     fence (reuse_wait), and with reuse_wait off gets other memory;
+ *   - a stream that stays busy and keeps freeing still lends what an earlier fence covers (fence
+ *     generations, provider/provider.h); a borrower takes back at once what it borrowed and freed on
+ *     its own stream, while everyone else waits for its event; a borrowed block that its owner's
+ *     stream also used (record_stream) waits for the owner's fence.
  * A test may fail by a race, a pattern mismatch, a bad device call, or a leak the sim reports.
  */
 #include <criterion/criterion.h>
@@ -303,6 +307,135 @@ Test(stream_order, vmm_borrow_whose_wait_fails_takes_other_memory)
     cr_assert(!inside(q, p), "the wait failed, yet T got %p inside S's busy block %p", q, p);
     cr_assert_eq(after.num_stream_waits, before.num_stream_waits, "a failed wait is not a wait");
     use_on_t_and_close(q, k, "T uses its own memory");
+}
+
+/* ---- fences of busy streams and borrowed blocks (sim-vmm) -------------------------------------- */
+
+/* S's free block p (its short kernel queued before the free) beside its live block *k, and a fence
+ * of S recorded then (T asked for memory and got its own, *own, live: the kernel had not run yet);
+ * then S stays busy (a long kernel on k) and keeps freeing. Returns p. */
+static void *fenced_block_of_busy_stream(void **k, void **own)
+{
+    open_pool_on("sim-vmm", "device_memory:256MiB");
+    void *p = alloc_on(BUSY_BLOCK_SIZE, S);
+    *k = alloc_on(BUSY_BLOCK_SIZE, S);
+    launch(S, p, BUSY_BLOCK_SIZE, GP_SIM_WRITE, 1, SHORT_NS);
+    free_on(p, S);
+    *own = alloc_on(BUSY_BLOCK_SIZE, T); /* S's fence recorded now, not yet complete */
+    cr_assert(!inside(*own, p), "T got S's block %p before S's kernel on it ran", p);
+    launch(S, *k, BUSY_BLOCK_SIZE, GP_SIM_WRITE, 2, LONG_NS);
+    void *x = alloc_on(64 * KIB, S); /* S frees after the fence: the fence must not cover this */
+    launch(S, x, 64 * KIB, GP_SIM_WRITE, 3, LONG_NS);
+    free_on(x, S);
+    gp_sim_advance(sim, 10 * SHORT_NS); /* the fence completes; S's long kernels still run */
+    return p;
+}
+
+/* Under a fence recorded anew at every question, S (busy, freeing) would never lend p. */
+Test(stream_order, a_busy_stream_that_keeps_freeing_lends_what_an_earlier_fence_covers)
+{
+    void *k, *own;
+    void *p = fenced_block_of_busy_stream(&k, &own);
+    gp_stats before = stats();
+    void *q = alloc_on(BUSY_BLOCK_SIZE, T);
+    gp_stats after = stats();
+    cr_assert(inside(q, p), "T should borrow S's block %p, which S's completed fence covers; got %p", p, q);
+    cr_assert_eq(after.num_stream_waits, before.num_stream_waits, "no wait is needed");
+    cr_assert_eq(after.reserved_bytes, before.reserved_bytes, "a borrow reserves nothing new");
+    free_on(own, T);
+    use_on_t_and_close(q, k, "T uses S's block while S's later kernels run");
+}
+
+/* T borrows p, writes it under a long kernel and frees it on T: T takes it back at once (its own
+ * stream orders it), while S, the owner, gets other memory until T's event completes. */
+Test(stream_order, a_borrower_takes_back_at_once_what_it_freed_and_the_owner_waits)
+{
+    void *k;
+    void *p = busy_block_beside_live_one("device_memory:256MiB", &k);
+    gp_sim_advance(sim, 2 * LONG_NS); /* S's kernel on p is done */
+    void *q = alloc_on(BUSY_BLOCK_SIZE, T);
+    cr_assert(inside(q, p), "T should borrow S's idle block %p, got %p", p, q);
+    launch(T, q, BUSY_BLOCK_SIZE, GP_SIM_WRITE, 2, LONG_NS);
+    free_on(q, T);
+    gp_stats before = stats();
+    void *again = alloc_on(BUSY_BLOCK_SIZE, T);
+    gp_stats after = stats();
+    cr_assert_eq(again, q, "T should take back its block %p at once, got %p", q, again);
+    cr_assert_eq(after.reserved_bytes, before.reserved_bytes, "taking back reserves nothing");
+    cr_assert_eq(after.num_stream_waits, before.num_stream_waits, "T's own stream orders it: no wait");
+    launch(T, again, BUSY_BLOCK_SIZE, GP_SIM_WRITE, 3, LONG_NS);
+    free_on(again, T);
+    void *s = alloc_on(BUSY_BLOCK_SIZE, S);
+    cr_assert(!inside(s, p), "S got %p inside %p while T's kernel on it runs", s, p);
+    launch(S, s, BUSY_BLOCK_SIZE, GP_SIM_WRITE, 4, SHORT_NS);
+    assert_clean("S writes while T's kernel on the block it gave back runs");
+    gp_sim_synchronize(sim);
+    free_on(s, S);
+    free_on(k, S);
+    close_pool(0);
+}
+
+/* The same with a smaller request: T takes back the front of the block; the rest stays PENDING on T's
+ * event, so S gets other memory while T's kernel runs, and the rest once it has completed. */
+Test(stream_order, a_borrower_takes_back_part_of_what_it_freed_and_the_rest_waits)
+{
+    void *k;
+    void *p = busy_block_beside_live_one("device_memory:256MiB", &k);
+    gp_sim_advance(sim, 2 * LONG_NS);
+    void *q = alloc_on(BUSY_BLOCK_SIZE, T);
+    cr_assert(inside(q, p), "T should borrow S's idle block %p, got %p", p, q);
+    launch(T, q, BUSY_BLOCK_SIZE, GP_SIM_WRITE, 2, LONG_NS);
+    free_on(q, T);
+    gp_stats before = stats();
+    void *part = alloc_on(2 * MIB, T);
+    gp_stats after = stats();
+    cr_assert_eq(part, q, "T should take back the front of its block %p, got %p", q, part);
+    cr_assert_eq(after.reserved_bytes, before.reserved_bytes, "taking back reserves nothing");
+    cr_assert_eq(after.pending_bytes, before.pending_bytes - 2 * MIB, "the rest stays pending (%llu -> %llu)",
+                 (unsigned long long)before.pending_bytes, (unsigned long long)after.pending_bytes);
+    launch(T, part, 2 * MIB, GP_SIM_WRITE, 3, SHORT_NS);
+    void *s = alloc_on(4 * MIB, S);
+    cr_assert(!inside(s, p), "S got %p inside %p while T's kernel on it runs", s, p);
+    launch(S, s, 4 * MIB, GP_SIM_WRITE, 4, SHORT_NS);
+    assert_clean("S writes while T's kernel on the rest runs");
+    free_on(s, S);
+    gp_sim_advance(sim, 2 * LONG_NS); /* T's event completes: the rest is S's again */
+    void *rest = alloc_on(4 * MIB, S);
+    cr_assert_eq((uintptr_t)rest, (uintptr_t)q + 2 * MIB, "S should get the rest at %p back, got %p",
+                 (void *)((uintptr_t)q + 2 * MIB), rest);
+    launch(S, rest, 4 * MIB, GP_SIM_WRITE, 5, SHORT_NS);
+    gp_sim_synchronize(sim);
+    assert_clean("S uses the rest after T's event");
+    free_on(rest, S);
+    free_on(part, T);
+    free_on(k, S);
+    close_pool(0);
+}
+
+/* T borrows p; S, its owner, also uses it (record_stream on S, a long read), then T frees it. Once T's
+ * event completes the block is S's again, but a third stream must still wait for S's fence. */
+Test(stream_order, a_borrowed_block_its_owner_used_waits_for_the_owner)
+{
+    void *k;
+    void *p = busy_block_beside_live_one("device_memory:256MiB", &k);
+    gp_sim_advance(sim, 2 * LONG_NS);
+    gp_stream U = gp_sim_stream_create(sim);
+    void *q = alloc_on(BUSY_BLOCK_SIZE, T);
+    cr_assert(inside(q, p), "T should borrow S's idle block %p, got %p", p, q);
+    launch(T, q, BUSY_BLOCK_SIZE, GP_SIM_WRITE, 2, SHORT_NS);
+    gp_sim_stream_synchronize(sim, T); /* the test orders S's read after T's write */
+    cr_assert_eq(gp_record_stream(pool, q, S), GP_OK, "gp_record_stream: %s", gp_last_error());
+    launch(S, q, BUSY_BLOCK_SIZE, GP_SIM_READ, 0, LONG_NS);
+    free_on(q, T);
+    gp_sim_advance(sim, 10 * SHORT_NS); /* T's event completes; S's read still runs */
+    void *u = alloc_on(BUSY_BLOCK_SIZE, U);
+    cr_assert(!inside(u, p), "U got %p inside %p while S's kernel on it runs", u, p);
+    launch(U, u, BUSY_BLOCK_SIZE, GP_SIM_WRITE, 3, SHORT_NS);
+    assert_clean("U writes while S still reads the block T borrowed");
+    gp_sim_synchronize(sim);
+    free_on(u, U);
+    free_on(k, S);
+    close_pool(0);
 }
 
 /*
