@@ -299,13 +299,6 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small,
     return rc != GP_OK ? rc : gp_error_set(GP_ERR_OOM, "could not map %zu pages", pages);
 }
 
-/*
- * Takes the range of another stream of st's tenant with the fewest mapped bytes that holds `size`
- * bytes and nothing live (every block FREE or UNMAPPED: gp_segment_unused), once its owner's work is
- * done or st's stream waits on it (gp_stream_reusable): the range changes owner with its mapped pages
- * and its UNMAPPED address space, so the new owner can also grow it in place. Returned with owner == st and its FREE blocks on no list
- * (gp_provider_take puts them in st's heap). NULL when none may be taken.
- */
 /* The latest free stamp among the FREE blocks of seg (owner locked): its fence covers them all then. */
 static uint64_t range_free_seq(const gp_segment *seg)
 {
@@ -316,6 +309,13 @@ static uint64_t range_free_seq(const gp_segment *seg)
     return seq;
 }
 
+/*
+ * Takes the range of another stream of st's tenant with the fewest mapped bytes that holds `size`
+ * bytes and nothing live (every block FREE or UNMAPPED: gp_segment_unused), once its owner's work is
+ * done or st's stream waits on it (gp_stream_reusable): the range changes owner with its mapped pages
+ * and its UNMAPPED address space, so the new owner can also grow it in place. Returned with owner == st and its FREE blocks on no list
+ * (gp_provider_take puts them in st's heap). NULL when none may be taken.
+ */
 static gp_segment *steal_range(gp_pool_state *p, gp_stream_state *st, size_t size, bool small)
 {
     gp_segment *best = NULL;
@@ -360,6 +360,32 @@ static gp_segment *steal_range(gp_pool_state *p, gp_stream_state *st, size_t siz
     return taken ? best : NULL;
 }
 
+/* Hands out b, a block of lender (locked), to st: LIVE in lender's map, with st as its user. */
+static void lend_block(gp_pool_state *p, gp_stream_state *lender, gp_stream_state *st, gp_block *b, size_t size)
+{
+    gp_hand_out(p, lender, b, size);
+    gp_block_uses(b)[0] = st; /* capacity >= GP_BLOCK_INLINE_USES >= 1 */
+    b->use_count = 1;
+    b->borrowed = true;
+}
+
+/* Returns to their heaps the completed pending frees of st's tenant's other streams, each locked
+ * alone: what they lent st comes back PENDING on st's events, so their free blocks (what borrowing
+ * takes) and whole free pages (what a stitched range with loans maps) include it only once collected.
+ * Pool lock held. */
+static void collect_tenant_pending(gp_pool_state *p, gp_stream_state *st)
+{
+    unsigned count = atomic_load(&p->streams.count);
+    for (unsigned i = 0; i < count; i++) {
+        gp_stream_state *o = p->streams.by_index[i];
+        if (o == st || o->tenant != st->tenant || atomic_load_explicit(&o->pending_count, memory_order_relaxed) == 0)
+            continue;
+        pthread_mutex_lock(&o->lock);
+        gp_pending_collect(p, o, 0);
+        pthread_mutex_unlock(&o->lock);
+    }
+}
+
 /*
  * Borrowing: the smallest free block that fits among the heaps (of kind `small`) of the other streams of
  * st's tenant whose work is done, or whose work st's stream then waits on (gp_stream_reusable: the
@@ -371,15 +397,6 @@ static gp_segment *steal_range(gp_pool_state *p, gp_stream_state *st, size_t siz
  * so that the streams together need about the memory of their combined peak instead of the sum of
  * their own peaks, and nothing has to be unmapped or mapped again to move it.
  */
-/* Hands out b, a block of lender (locked), to st: LIVE in lender's map, with st as its user. */
-static void lend_block(gp_pool_state *p, gp_stream_state *lender, gp_stream_state *st, gp_block *b, size_t size)
-{
-    gp_hand_out(p, lender, b, size);
-    gp_block_uses(b)[0] = st; /* capacity >= GP_BLOCK_INLINE_USES >= 1 */
-    b->use_count = 1;
-    b->borrowed = true;
-}
-
 static gp_block *borrow(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t size, bool small)
 {
     gp_stream_state *lender = NULL;
@@ -388,13 +405,13 @@ static gp_block *borrow(gp_pool_state *p, gp_stream_state *st, size_t rsize, siz
     /* First what st borrowed and freed and its own stream may still be using (no wait); what is done
      * goes back to its lender's heap first, to be lent by best fit as any free block (measured: taking
      * back done blocks too held more memory with idle streams, set L 1.0201 -> 1.0238). */
+    collect_tenant_pending(p, st);
     for (unsigned i = 0; i < count; i++) {
         gp_stream_state *o = p->streams.by_index[i];
         if (o == st || o->handle == st->handle || o->tenant != st->tenant ||
             atomic_load_explicit(&o->pending_count, memory_order_relaxed) == 0)
             continue;
         pthread_mutex_lock(&o->lock);
-        gp_pending_collect(p, o, 0);
         gp_block *b = gp_block_map_reserve(&o->live) ? gp_pending_take_back(p, o, st, rsize, small) : NULL;
         if (b != NULL)
             lend_block(p, o, st, b, size);
@@ -411,10 +428,8 @@ static gp_block *borrow(gp_pool_state *p, gp_stream_state *st, size_t rsize, siz
         const gp_block *b = NULL;
         if (o->lenders != NULL) /* its thread-cached blocks count as its quick-listed ones (free bytes) */
             gp_thread_cache_return(p, o);
-        if (heap->free_bytes + o->pending_bytes >= rsize) { /* blocks it lent come back PENDING */
-            gp_pending_collect(p, o, 0);
+        if (heap->free_bytes >= rsize) /* its completed pending frees were collected above */
             b = gp_heap_best(heap, rsize);
-        }
         size_t fit = b != NULL ? b->size : 0;
         if (fit != 0 && (best == 0 || fit < best) && gp_stream_reusable(p, o, st, b->free_seq, false)) {
             lender = o;
@@ -595,22 +610,6 @@ static bool small_pages_home(gp_pool_state *p, gp_stream_state *st)
     }
     pthread_mutex_unlock(&st->lock);
     return lent;
-}
-
-/* Returns to their heaps the completed pending frees of st's tenant's other streams, each locked
- * alone: what st lent them comes back PENDING on their events, so their whole free pages (what a
- * stitched range with loans maps) include those only once collected. Pool lock held. */
-static void collect_tenant_pending(gp_pool_state *p, gp_stream_state *st)
-{
-    unsigned count = atomic_load(&p->streams.count);
-    for (unsigned i = 0; i < count; i++) {
-        gp_stream_state *o = p->streams.by_index[i];
-        if (o == st || o->tenant != st->tenant || atomic_load_explicit(&o->pending_count, memory_order_relaxed) == 0)
-            continue;
-        pthread_mutex_lock(&o->lock);
-        gp_pending_collect(p, o, 0);
-        pthread_mutex_unlock(&o->lock);
-    }
 }
 
 /* The allocation slow path on a virtual memory backend, in this order: st's own heap, after taking

@@ -346,15 +346,22 @@ Test(stream_order, a_busy_stream_that_keeps_freeing_lends_what_an_earlier_fence_
     use_on_t_and_close(q, k, "T uses S's block while S's later kernels run");
 }
 
+/* S's block *p, beside its live block *k, idle now (S's kernel on it done), borrowed by T: returned. */
+static void *borrowed_by_t(void **k, void **p)
+{
+    *p = busy_block_beside_live_one("device_memory:256MiB", k);
+    gp_sim_advance(sim, 2 * LONG_NS);
+    void *q = alloc_on(BUSY_BLOCK_SIZE, T);
+    cr_assert(inside(q, *p), "T should borrow S's idle block %p, got %p", *p, q);
+    return q;
+}
+
 /* T borrows p, writes it under a long kernel and frees it on T: T takes it back at once (its own
  * stream orders it), while S, the owner, gets other memory until T's event completes. */
 Test(stream_order, a_borrower_takes_back_at_once_what_it_freed_and_the_owner_waits)
 {
-    void *k;
-    void *p = busy_block_beside_live_one("device_memory:256MiB", &k);
-    gp_sim_advance(sim, 2 * LONG_NS); /* S's kernel on p is done */
-    void *q = alloc_on(BUSY_BLOCK_SIZE, T);
-    cr_assert(inside(q, p), "T should borrow S's idle block %p, got %p", p, q);
+    void *k, *p;
+    void *q = borrowed_by_t(&k, &p);
     launch(T, q, BUSY_BLOCK_SIZE, GP_SIM_WRITE, 2, LONG_NS);
     free_on(q, T);
     gp_stats before = stats();
@@ -379,11 +386,8 @@ Test(stream_order, a_borrower_takes_back_at_once_what_it_freed_and_the_owner_wai
  * event, so S gets other memory while T's kernel runs, and the rest once it has completed. */
 Test(stream_order, a_borrower_takes_back_part_of_what_it_freed_and_the_rest_waits)
 {
-    void *k;
-    void *p = busy_block_beside_live_one("device_memory:256MiB", &k);
-    gp_sim_advance(sim, 2 * LONG_NS);
-    void *q = alloc_on(BUSY_BLOCK_SIZE, T);
-    cr_assert(inside(q, p), "T should borrow S's idle block %p, got %p", p, q);
+    void *k, *p;
+    void *q = borrowed_by_t(&k, &p);
     launch(T, q, BUSY_BLOCK_SIZE, GP_SIM_WRITE, 2, LONG_NS);
     free_on(q, T);
     gp_stats before = stats();
@@ -416,12 +420,9 @@ Test(stream_order, a_borrower_takes_back_part_of_what_it_freed_and_the_rest_wait
  * event completes the block is S's again, but a third stream must still wait for S's fence. */
 Test(stream_order, a_borrowed_block_its_owner_used_waits_for_the_owner)
 {
-    void *k;
-    void *p = busy_block_beside_live_one("device_memory:256MiB", &k);
-    gp_sim_advance(sim, 2 * LONG_NS);
+    void *k, *p;
+    void *q = borrowed_by_t(&k, &p);
     gp_stream U = gp_sim_stream_create(sim);
-    void *q = alloc_on(BUSY_BLOCK_SIZE, T);
-    cr_assert(inside(q, p), "T should borrow S's idle block %p, got %p", p, q);
     launch(T, q, BUSY_BLOCK_SIZE, GP_SIM_WRITE, 2, SHORT_NS);
     gp_sim_stream_synchronize(sim, T); /* the test orders S's read after T's write */
     cr_assert_eq(gp_record_stream(pool, q, S), GP_OK, "gp_record_stream: %s", gp_last_error());
