@@ -405,13 +405,13 @@ static gp_block *borrow(gp_pool_state *p, gp_stream_state *st, size_t rsize, siz
     /* First what st borrowed and freed and its own stream may still be using (no wait); what is done
      * goes back to its lender's heap first, to be lent by best fit as any free block (measured: taking
      * back done blocks too held more memory with idle streams, set L 1.0201 -> 1.0238). */
-    collect_tenant_pending(p, st);
     for (unsigned i = 0; i < count; i++) {
         gp_stream_state *o = p->streams.by_index[i];
         if (o == st || o->handle == st->handle || o->tenant != st->tenant ||
             atomic_load_explicit(&o->pending_count, memory_order_relaxed) == 0)
             continue;
         pthread_mutex_lock(&o->lock);
+        gp_pending_collect(p, o, 0);
         gp_block *b = gp_block_map_reserve(&o->live) ? gp_pending_take_back(p, o, st, rsize, small) : NULL;
         if (b != NULL)
             lend_block(p, o, st, b, size);
@@ -428,7 +428,7 @@ static gp_block *borrow(gp_pool_state *p, gp_stream_state *st, size_t rsize, siz
         const gp_block *b = NULL;
         if (o->lenders != NULL) /* its thread-cached blocks count as its quick-listed ones (free bytes) */
             gp_thread_cache_return(p, o);
-        if (heap->free_bytes >= rsize) /* its completed pending frees were collected above */
+        if (heap->free_bytes >= rsize) /* its completed pending frees were collected in the loop above */
             b = gp_heap_best(heap, rsize);
         size_t fit = b != NULL ? b->size : 0;
         if (fit != 0 && (best == 0 || fit < best) && gp_stream_reusable(p, o, st, b->free_seq, false)) {
