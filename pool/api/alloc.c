@@ -57,7 +57,8 @@ static bool owns_memory(gp_pool_state *p, const gp_stream_state *st)
  * use up the pool's streams. Room is checked first, under the same pool lock, so the count never
  * passes max_streams.
  */
-static int alloc_slow(gp_pool_state *p, gp_stream_state *st, size_t size, size_t rsize, bool small, void **out)
+static int alloc_slow(gp_pool_state *p, gp_stream_state *st, size_t size, size_t rsize, bool small, size_t own_fit,
+                      void **out)
 {
     pthread_mutex_lock(&p->lock);
     int rc = GP_OK;
@@ -67,7 +68,7 @@ static int alloc_slow(gp_pool_state *p, gp_stream_state *st, size_t size, size_t
         int failed;
         gp_maintain_locked(p, &failed);
         size_t peak_before = atomic_load(&p->reserved_peak);
-        rc = p->provider->alloc(p, st, size, rsize, small, out);
+        rc = p->provider->alloc(p, st, size, rsize, small, own_fit, out);
         if (rc == GP_OK)
             gp_peak_note(p, peak_before, size);
         if (rc == GP_ERR_QUOTA)
@@ -139,12 +140,20 @@ GP_API int gp_alloc(gp_pool *pool, void **out, size_t size, gp_stream stream)
      * come first, as the blocks freed last. */
     if (pending && st->lenders != NULL)
         b = gp_thread_cache_take_locked(p, st, size, rsize);
+    size_t own_fit = 0;
     if (b == NULL && gp_block_map_reserve(&st->live)) {
         gp_heap *heap = gp_heap_of(st, small);
         b = gp_heap_quick_take(heap, rsize); /* a small size freed before: no split */
         if (b == NULL && p->quick_aging && gp_heap_quick_tick(heap))
             gp_quick_age(p, st, heap); /* quick blocks nobody asked for go back first (ds/heap.h) */
-        if (b == NULL)
+        if (b == NULL && !small && p->provider->borrows_blocks && p->cfg.borrow && p->cfg.tenant_best_fit &&
+            atomic_load_explicit(&p->streams.count, memory_order_relaxed) > 1) {
+            /* a loose fit: the slow path looks for a tighter idle block of the tenant's other streams
+             * first (provider.h: borrows_blocks) */
+            const gp_block *fit = gp_heap_best(heap, rsize);
+            own_fit = fit != NULL && fit->size != rsize ? fit->size : 0;
+        }
+        if (b == NULL && own_fit == 0)
             b = gp_heap_take(heap, &st->blocks, rsize);
         if (b != NULL)
             gp_hand_out(p, st, b, size);
@@ -153,7 +162,7 @@ GP_API int gp_alloc(gp_pool *pool, void **out, size_t size, gp_stream stream)
         *out = (void *)b->addr;
     pthread_mutex_unlock(&st->lock);
     if (b == NULL)
-        rc = alloc_slow(p, st, size, rsize, small, out);
+        rc = alloc_slow(p, st, size, rsize, small, own_fit, out);
     if (p->log != NULL)
         gp_trace_log_event(p->log, rc == GP_OK ? GP_TRACE_ALLOCATE : GP_TRACE_ALLOCATE_FAILURE,
                            (uintptr_t)*out, size, stream);

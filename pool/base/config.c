@@ -62,6 +62,11 @@ static const key_spec keys[] = {
      "vmm: on: a stream may take free memory of another stream of its tenant whose work is still queued, by "
      "waiting on that stream's event (as cudaMallocAsync's internal dependencies); off: only once the work "
      "is done (with busy streams the waits delay them, and memory held for them grows: bench/RESULTS.md)"},
+    {"tenant_best_fit", KEY_BOOL, FIELD(tenant_best_fit), 0, "off",
+     "vmm, borrow: on: a large request that its stream's cache fits only loosely takes a tighter free block of "
+     "another stream of its tenant whose work is done (best fit over the tenant's idle memory); off by default: "
+     "less memory with idle streams, more with busy ones (the borrowed blocks come back to their stream only "
+     "after the borrower's work on them: bench/RESULTS.md)"},
     {"thread_cache", KEY_BOOL, FIELD(thread_cache), 0, "on",
      "small blocks freed on their own stream wait in the freeing thread's cache (no stream lock); off: the stream's heap only"},
     {"cache_slack", KEY_FRACTION, FIELD(cache_slack), 0, "0.04",

@@ -33,6 +33,7 @@ typedef struct gp_config {
     bool borrow;            /* vmm: a missing stream borrows idle free blocks of other streams (provider/vmm.c) */
     bool reuse_wait;        /* on: a stream takes its tenant's other streams' free memory before their work is
                              * done by waiting on their fence (gp_stream_reusable) */
+    bool tenant_best_fit;   /* vmm, borrow: a loose fit borrows a tighter idle block (provider.h: tenant_best_fit) */
     bool thread_cache;      /* small blocks freed on their own stream go to the freeing thread's cache */
     double cache_slack;     /* growth past (1 + this) x peak allocated first gives back free segments; < 0 = off */
     bool defrag;            /* vmm: stitch cached free pages into new ranges before creating memory */

@@ -23,11 +23,19 @@
 typedef struct gp_provider {
     const char *name; /* "segments" or "vmm" */
     bool pages;       /* memory comes in pages of p->page behind virtual ranges (seg->pages != NULL) */
+    /* Free blocks are lent between the streams of a tenant (`borrow`), and so, with `tenant_best_fit`,
+     * a large request is placed by best fit over the idle free blocks of all of them: where st's own
+     * best fit is not exact, the fast path leaves the request to `alloc` with that fit's size (own_fit),
+     * which first borrows a tighter block that another stream of the tenant is done with
+     * (provider/vmm.c: tenant_best_fit). */
+    bool borrows_blocks;
 
     /* The allocation slow path's growth: makes room for a request of `size` (rounded: rsize) in st's
-     * heap of kind `small` and takes it (*out, LIVE). GP_OK, or the error of the allocation with its
+     * heap of kind `small` and takes it (*out, LIVE). own_fit: 0, or the size of the free block st's
+     * heap would give it (not exact; borrows_blocks). GP_OK, or the error of the allocation with its
      * message (GP_ERR_OOM, GP_ERR_QUOTA, GP_ERR_PAUSED, GP_ERR_DEVICE, ...). */
-    int (*alloc)(gp_pool_state *p, gp_stream_state *st, size_t size, size_t rsize, bool small, void **out);
+    int (*alloc)(gp_pool_state *p, gp_stream_state *st, size_t size, size_t rsize, bool small, size_t own_fit,
+                 void **out);
 
     /* Gives cached memory back to the device until at most `keep` bytes are cached, taking only memory
      * free since before `idle_before` (UINT64_MAX = any). Returns bytes released; *failed gets the first

@@ -346,8 +346,10 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t bytes, bool small,
  *      owner's fence when steal_wait is set;
  *   5. at OOM, give every wholly free segment back (others' only down to their min) and grow once more.
  */
-static int alloc_segments(gp_pool_state *p, gp_stream_state *st, size_t size, size_t rsize, bool small, void **out)
+static int alloc_segments(gp_pool_state *p, gp_stream_state *st, size_t size, size_t rsize, bool small,
+                          size_t own_fit, void **out)
 {
+    (void)own_fit; /* segments move between streams whole (steals), blocks never: 0 */
     int rc = GP_OK;
     gp_block *b = gp_provider_take(p, st, NULL, small, rsize, size);
     gp_segment *seg = NULL;
@@ -458,6 +460,7 @@ static const char *check_segment(gp_pool_state *p, gp_segment *seg)
 const gp_provider gp_provider_segments = {
     .name = "segments",
     .pages = false,
+    .borrows_blocks = false,
     .alloc = alloc_segments,
     .release = release,
     .release_tenant = release_tenant,

@@ -395,9 +395,10 @@ static void collect_tenant_pending(gp_pool_state *p, gp_stream_state *st)
  * to the lender's heap once st's work on it has completed. Several models (or replicas) on one GPU
  * take turns at their peaks; borrowing lets one stream's peak use another's idle cache where it lies,
  * so that the streams together need about the memory of their combined peak instead of the sum of
- * their own peaks, and nothing has to be unmapped or mapped again to move it.
+ * their own peaks, and nothing has to be unmapped or mapped again to move it. Only a block smaller than
+ * `below` is lent (SIZE_MAX: any; tenant_best_fit).
  */
-static gp_block *borrow(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t size, bool small)
+static gp_block *borrow(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t size, bool small, size_t below)
 {
     gp_stream_state *lender = NULL;
     size_t best = 0;
@@ -430,7 +431,7 @@ static gp_block *borrow(gp_pool_state *p, gp_stream_state *st, size_t rsize, siz
             gp_thread_cache_return(p, o);
         if (heap->free_bytes >= rsize) /* its completed pending frees were collected in the loop above */
             b = gp_heap_best(heap, rsize);
-        size_t fit = b != NULL ? b->size : 0;
+        size_t fit = b != NULL && b->size < below ? b->size : 0;
         if (fit != 0 && (best == 0 || fit < best) && gp_stream_reusable(p, o, st, b->free_seq, false)) {
             lender = o;
             best = fit;
@@ -442,7 +443,8 @@ static gp_block *borrow(gp_pool_state *p, gp_stream_state *st, size_t rsize, siz
     pthread_mutex_lock(&lender->lock);
     gp_block *b = NULL;
     const gp_block *fit = gp_block_map_reserve(&lender->live) ? gp_heap_best(gp_heap_of(lender, small), rsize) : NULL;
-    if (fit != NULL && gp_stream_reusable(p, lender, st, fit->free_seq, true)) /* gp_heap_take takes fit */
+    bool lend = fit != NULL && fit->size < below && gp_stream_reusable(p, lender, st, fit->free_seq, true);
+    if (lend) /* gp_heap_take takes fit */
         b = gp_heap_take(gp_heap_of(lender, small), &lender->blocks, rsize);
     if (b != NULL)
         lend_block(p, lender, st, b, size);
@@ -612,24 +614,58 @@ static bool small_pages_home(gp_pool_state *p, gp_stream_state *st)
     return lent;
 }
 
-/* The allocation slow path on a virtual memory backend, in this order: st's own heap, after taking
- * back, with loans:on, its pages held for other streams' idle stitched ranges (alias.h: loans), and,
- * for a large request, the pages its small heap has on loan and no longer uses (small_pages_home); a
- * stitched range of st whose homes are free (or held for it); another stream's unused range (it changes
- * owner with its pages); borrowing another stream's idle free block (all of these without a device or
- * map call); for a small request, an alias of a free page at the frontier of st's large ranges (no new
- * memory; alias.c); for a large one, the small heap's loans still in use become its own
- * (gp_alias_small_keep), then a new stitched range of st's own free pages (map calls, no new memory);
- * with loans:on, where growth would pass the cache cap, a new or repaired stitched range that also maps
- * other idle streams' free pages (map calls once, no new memory); a stitched range of st's free pages
- * and the pages they lack, grown for it (grow_and_stitch); with loans:on, where growth would raise the
- * pool's high-water mark, the same loan (growth_raises_peak); growth in place from pooled, new or moved
- * pages. A fast path on st may take the new memory between growth and adoption, so growth is retried. */
-static int alloc_vmm(gp_pool_state *p, gp_stream_state *st, size_t size, size_t rsize, bool small, void **out)
+/*
+ * Best fit over the tenant's idle blocks (`tenant_best_fit:on`; provider.h: borrows_blocks). The
+ * streams of one tenant (replicas, or the models of one job) each keep a heap of their own, so that a
+ * block freed on a stream is reused on it at once; but what one stream is done with on the device is,
+ * to any other stream of the tenant, as free as its own (borrow). A request that st's heap fits only
+ * loosely, splitting a larger free block, while another stream holds an idle block that fits it more
+ * tightly, is one that best fit over the tenant's free memory would place in the other block: the
+ * split cuts a free block that later, larger requests need whole while the tighter block stays idle,
+ * and at the streams' combined peak every stream carries partly used pages of its own. Best fit over
+ * one heap of all streams needs 1.015-1.035 x live where separate heaps needed 1.05-1.07
+ * (bench/RESULTS.md, session 27). Only blocks whose stream's fence says its work on them is done are
+ * taken (no wait), and an exact fit in st's own heap is never passed over (the fast path takes it).
+ * Large requests only: small blocks live and die with their stream's own work.
+ *
+ * Off by default, because of what it costs with busy streams: the borrowed block, freed on the
+ * borrower, comes back to its lender only once the borrower's work on it has completed (pending.h), so
+ * that a lender working at its peak finds its idle blocks of before pending on another stream and
+ * grows. Replayed with idle streams it holds less on every several-stream set; with busy ones more
+ * (bench/RESULTS.md, session 33). A deployment whose host waits for its streams between requests
+ * (serving one request at a time per model) is the first case.
+ */
+static gp_block *tenant_best_fit(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t size, bool small,
+                                 size_t own_fit)
+{
+    if (own_fit == 0 || small || !p->cfg.borrow || !p->cfg.tenant_best_fit)
+        return NULL;
+    return borrow(p, st, rsize, size, small, own_fit);
+}
+
+/* The allocation slow path on a virtual memory backend, in this order: where st's own heap fits a large
+ * request only loosely, a tighter idle block of another stream of its tenant (tenant_best_fit); st's own
+ * heap, after taking back, with loans:on, its pages held for other streams' idle stitched ranges
+ * (alias.h: loans), and, for a large request, the pages its small heap has on loan and no longer uses
+ * (small_pages_home); a stitched range of st whose homes are free (or held for it); another stream's
+ * unused range (it changes owner with its pages); borrowing another stream's idle free block (all of
+ * these without a device or map call); for a small request, an alias of a free page at the frontier of
+ * st's large ranges (no new memory; alias.c); for a large one, the small heap's loans still in use
+ * become its own (gp_alias_small_keep), then a new stitched range of st's own free pages (map calls, no
+ * new memory); with loans:on, where growth would pass the cache cap, a new or repaired stitched range
+ * that also maps other idle streams' free pages (map calls once, no new memory); a stitched range of
+ * st's free pages and the pages they lack, grown for it (grow_and_stitch); with loans:on, where growth
+ * would raise the pool's high-water mark, the same loan (growth_raises_peak); growth in place from
+ * pooled, new or moved pages. A fast path on st may take the new memory between growth and adoption, so
+ * growth is retried. */
+static int alloc_vmm(gp_pool_state *p, gp_stream_state *st, size_t size, size_t rsize, bool small, size_t own_fit,
+                     void **out)
 {
     bool alias = p->cfg.defrag && p->cfg.alias && !small, alias_small = p->cfg.defrag && p->cfg.alias && small;
     bool lend = alias && p->cfg.loans; /* other streams' free pages, stitched in place */
-    gp_block *b = gp_provider_take(p, st, NULL, small, rsize, size);
+    gp_block *b = tenant_best_fit(p, st, rsize, size, small, own_fit);
+    if (b == NULL)
+        b = gp_provider_take(p, st, NULL, small, rsize, size);
     gp_segment *seg;
     if (b == NULL && lend && gp_alias_reclaim(p, st) > 0)
         b = gp_provider_take(p, st, NULL, small, rsize, size);
@@ -640,7 +676,7 @@ static int alloc_vmm(gp_pool_state *p, gp_stream_state *st, size_t size, size_t 
     if (b == NULL && (seg = steal_range(p, st, rsize, small)) != NULL)
         b = gp_provider_take(p, st, seg, small, rsize, size);
     if (b == NULL && p->cfg.borrow)
-        b = borrow(p, st, rsize, size, small);
+        b = borrow(p, st, rsize, size, small, SIZE_MAX);
     if (b == NULL && alias_small && !gp_capture_underway())
         b = gp_alias_small_grow(p, st, rsize, size);
     /* The large heap must make memory: pages its small heap has on loan from the frontier and still
@@ -881,6 +917,7 @@ static const char *check_segment(gp_pool_state *p, gp_segment *seg)
 const gp_provider gp_provider_vmm = {
     .name = "vmm",
     .pages = true,
+    .borrows_blocks = true,
     .alloc = alloc_vmm,
     .release = release,
     .release_tenant = release_tenant,

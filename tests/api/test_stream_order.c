@@ -439,6 +439,58 @@ Test(stream_order, a_borrowed_block_its_owner_used_waits_for_the_owner)
     close_pool(0);
 }
 
+/* ---- best fit over the tenant's idle blocks (sim-vmm, tenant_best_fit:on) ---------------------- */
+
+/* S's free block *p (6 MiB, a kernel on it of `ns`) beside its live block *k, and T's free block *t
+ * (12 MiB) beside its live block *tk: T's heap fits a 6 MiB request only loosely. */
+static void loose_fit_on_t(uint64_t ns, void **p, void **k, void **t, void **tk)
+{
+    open_pool_on("sim-vmm", "device_memory:256MiB,tenant_best_fit:on");
+    *p = alloc_on(BUSY_BLOCK_SIZE, S);
+    *k = alloc_on(BUSY_BLOCK_SIZE, S);
+    *t = alloc_on(2 * BUSY_BLOCK_SIZE, T);
+    *tk = alloc_on(2 * MIB, T);
+    launch(S, *p, BUSY_BLOCK_SIZE, GP_SIM_WRITE, 1, ns);
+    free_on(*p, S);
+    free_on(*t, T);
+}
+
+/* S is done with p: T's 6 MiB request takes it (best fit over the tenant's idle blocks), and T's own
+ * 12 MiB block stays whole for the 12 MiB request that follows: nothing new is reserved. */
+Test(stream_order, a_loose_fit_takes_the_tighter_idle_block_of_another_stream)
+{
+    void *p, *k, *t, *tk;
+    loose_fit_on_t(SHORT_NS, &p, &k, &t, &tk);
+    gp_sim_advance(sim, 10 * SHORT_NS);
+    gp_stats before = stats();
+    void *q = alloc_on(BUSY_BLOCK_SIZE, T);
+    cr_assert_eq(q, p, "T should take S's idle 6 MiB block %p rather than split its own %p; got %p", p, t, q);
+    void *whole = alloc_on(2 * BUSY_BLOCK_SIZE, T);
+    gp_stats after = stats();
+    cr_assert_eq(whole, t, "T's 12 MiB block %p should have stayed whole, got %p", t, whole);
+    cr_assert_eq(after.reserved_bytes, before.reserved_bytes, "nothing new is reserved");
+    cr_assert_eq(after.num_stream_waits, before.num_stream_waits, "S's work is done: no wait");
+    launch(T, whole, 2 * BUSY_BLOCK_SIZE, GP_SIM_WRITE, 3, SHORT_NS);
+    free_on(whole, T);
+    free_on(tk, T);
+    use_on_t_and_close(q, k, "T uses S's idle block");
+}
+
+/* S's kernel on p still runs: T's request takes the front of its own block, with no wait. */
+Test(stream_order, a_loose_fit_keeps_to_its_own_block_while_the_tighter_one_is_busy)
+{
+    void *p, *k, *t, *tk;
+    loose_fit_on_t(LONG_NS, &p, &k, &t, &tk);
+    gp_stats before = stats();
+    void *q = alloc_on(BUSY_BLOCK_SIZE, T);
+    gp_stats after = stats();
+    cr_assert_eq(q, t, "S's block %p is busy: T should take the front of its own %p, got %p", p, t, q);
+    cr_assert_eq(after.reserved_bytes, before.reserved_bytes, "nothing new is reserved");
+    cr_assert_eq(after.num_stream_waits, before.num_stream_waits, "reuse_wait:off made a stream wait");
+    free_on(tk, T);
+    use_on_t_and_close(q, k, "T uses its own block while S's kernel runs");
+}
+
 /*
  * On the cudaMalloc path, past the cache cap: S holds four 24 MiB segments and frees one while its
  * kernel still uses it; T (same tenant) asks for 24 MiB, which would take the pool past the cap. With

@@ -13,8 +13,8 @@ X, and frees K 1000 us later (so A's work on X runs until then); stream B asks f
   - --stream-work 1 on sim-vmm: A is busy; with reuse_wait:on B borrows X by waiting on A's fence
     (num_stream_waits >= 1), reserving no more than without work; with reuse_wait off (the default) B
     gets memory of its own (more reserved, no wait);
-  - every replay with work: kernels = the events that use a block, no race, no bad call, exit 0, and
-    the text output says so;
+  - every replay with work (sim, sim-vmm, and sim-vmm with tenant_best_fit:on): kernels = the events
+    that use a block, no race, no bad call, exit 0, and the text output says so;
   - bad values (2, -0.5, "x", "") exit 2 naming --stream-work, and --stream-work with --model too.
 
 Usage: check_replay_work.py GPUPOOL WORK_DIR. Exits 1 on any failure, 0 otherwise.
@@ -61,7 +61,7 @@ def main(argv):
     events = write_two_streams(trace)
     failures = []
 
-    for backend in ('sim', 'sim-vmm'):
+    for backend in ('sim', 'sim-vmm', 'sim-vmm,tenant_best_fit:on'):
         for fraction in (0.5, 1):
             r = replay(gpupool, trace, f'backend:{backend}', fraction, failures)
             if r is None:
