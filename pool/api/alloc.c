@@ -82,6 +82,24 @@ static int alloc_slow(gp_pool_state *p, gp_stream_state *st, size_t size, size_t
     return rc;
 }
 
+/* st's best fit for rsize, taken from heap (st locked); or, with tenant_best_fit where the pool has
+ * other streams, NULL for a large request that it fits only loosely, *own_fit set to that fit's size:
+ * the slow path looks for a tighter idle block of the tenant's other streams first (provider.h:
+ * borrows_blocks). */
+static gp_block *take_own_fit(gp_pool_state *p, gp_stream_state *st, gp_heap *heap, size_t rsize, bool small,
+                              size_t *own_fit)
+{
+    if (small || !p->provider->borrows_blocks || !p->cfg.borrow || !p->cfg.tenant_best_fit ||
+        atomic_load_explicit(&p->streams.count, memory_order_relaxed) < 2)
+        return gp_heap_take(heap, &st->blocks, rsize);
+    gp_block *fit = gp_heap_best(heap, rsize);
+    if (fit != NULL && fit->size != rsize) {
+        *own_fit = fit->size;
+        return NULL;
+    }
+    return fit != NULL ? gp_heap_take_block(heap, &st->blocks, fit, rsize) : NULL;
+}
+
 GP_API int gp_alloc(gp_pool *pool, void **out, size_t size, gp_stream stream)
 {
     if (out == NULL)
@@ -146,15 +164,8 @@ GP_API int gp_alloc(gp_pool *pool, void **out, size_t size, gp_stream stream)
         b = gp_heap_quick_take(heap, rsize); /* a small size freed before: no split */
         if (b == NULL && p->quick_aging && gp_heap_quick_tick(heap))
             gp_quick_age(p, st, heap); /* quick blocks nobody asked for go back first (ds/heap.h) */
-        if (b == NULL && !small && p->provider->borrows_blocks && p->cfg.borrow && p->cfg.tenant_best_fit &&
-            atomic_load_explicit(&p->streams.count, memory_order_relaxed) > 1) {
-            /* a loose fit: the slow path looks for a tighter idle block of the tenant's other streams
-             * first (provider.h: borrows_blocks) */
-            const gp_block *fit = gp_heap_best(heap, rsize);
-            own_fit = fit != NULL && fit->size != rsize ? fit->size : 0;
-        }
-        if (b == NULL && own_fit == 0)
-            b = gp_heap_take(heap, &st->blocks, rsize);
+        if (b == NULL)
+            b = take_own_fit(p, st, heap, rsize, small, &own_fit);
         if (b != NULL)
             gp_hand_out(p, st, b, size);
     }

@@ -108,7 +108,7 @@ static unsigned next_nonempty(const gp_heap *heap, unsigned c)
     return GP_CLASS_COUNT;
 }
 
-const gp_block *gp_heap_best(gp_heap *heap, size_t size)
+gp_block *gp_heap_best(gp_heap *heap, size_t size)
 {
     assert(size > 0 && size % GP_GRANULE == 0);
     unsigned c = gp_size_class(size);
@@ -124,16 +124,13 @@ const gp_block *gp_heap_best(gp_heap *heap, size_t size)
 
 gp_block *gp_heap_take(gp_heap *heap, gp_block_cache *cache, size_t size)
 {
-    assert(size > 0 && size % GP_GRANULE == 0);
-    unsigned c = gp_size_class(size);
-    gp_block *b = best_in_list(heap->lists[c], size);
-    if (b == NULL) {
-        unsigned up = next_nonempty(heap, c);
-        if (up == GP_CLASS_COUNT)
-            return NULL;
-        b = best_in_list(heap->lists[up], size);
-        assert(b != NULL); /* every block in a larger class fits */
-    }
+    gp_block *b = gp_heap_best(heap, size);
+    return b != NULL ? gp_heap_take_block(heap, cache, b, size) : NULL;
+}
+
+gp_block *gp_heap_take_block(gp_heap *heap, gp_block_cache *cache, gp_block *b, size_t size)
+{
+    assert(b->state == GP_BLOCK_FREE && b->size >= size && size > 0 && size % GP_GRANULE == 0);
     if (b->size > size) {
         gp_block *rest = gp_block_new(cache);
         if (rest == NULL)

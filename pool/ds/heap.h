@@ -91,7 +91,11 @@ void gp_heap_remove(gp_heap *heap, gp_block *b);
 gp_block *gp_heap_take(gp_heap *heap, gp_block_cache *cache, size_t size);
 /* The free block gp_heap_take(heap, ..., size) would take (before splitting), left on its list; NULL
  * when none fits. Quick lists are not looked at. */
-const gp_block *gp_heap_best(gp_heap *heap, size_t size);
+gp_block *gp_heap_best(gp_heap *heap, size_t size);
+/* gp_heap_take's second half: takes b (FREE, on heap's lists, at least `size` bytes: gp_heap_best's
+ * answer) off its list and splits off the rest, which goes back on the lists. NULL, with b left where
+ * it was, when the split needs a block struct and host memory is exhausted. */
+gp_block *gp_heap_take_block(gp_heap *heap, gp_block_cache *cache, gp_block *b, size_t size);
 
 /* Frees b (not on any list, its free_seq stamped by the caller): coalesces it with FREE neighbours,
  * marks it FREE, puts it on the lists. Returns the resulting block, whose free_seq is the latest of its

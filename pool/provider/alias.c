@@ -168,7 +168,9 @@ static bool lend_homes(gp_pool_state *p, gp_stream_state *st, gp_segment *r, siz
             if (!foreign_home(r, hk) || loan_of(hk)->holder != from || (from == NULL && hk.seg->owner != o))
                 continue;
             ok = from != NULL ? !loan_of(hk)->active : !hk.seg->paused && page_is_free(p, hk.seg, home_va(p, hk));
-            uint64_t seq = !ok ? 0 : from != NULL ? loan_of(hk)->parked_seq : block_at(hk.seg, home_va(p, hk))->free_seq;
+            uint64_t seq = !ok              ? 0
+                           : from != NULL ? loan_of(hk)->parked_seq
+                                          : block_at(hk.seg, home_va(p, hk))->free_seq;
             need = seq > need ? seq : need;
             mine++;
         }
@@ -894,7 +896,8 @@ gp_block *gp_alias_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, s
 
 /*
  * Gives the pages of st's ranges (every stream's: NULL) parked with other streams whose work on them is
- * done (the holder's fence covers the parking) back to their owner's heap (FREE). Pool lock held, no stream lock. Returns the pages reclaimed.
+ * done (the holder's fence covers the parking) back to their owner's heap (FREE). Pool lock held, no
+ * stream lock. Returns the pages reclaimed.
  */
 size_t gp_alias_reclaim(gp_pool_state *p, gp_stream_state *st)
 {

@@ -36,24 +36,22 @@
  * Stream order. A stream's own homes and their aliases belong to its heap, so a page used at either
  * address is used in that stream's order, as any reuse on the stream is (api/free.c).
  *
- * Loans: stitching across the streams of a tenant. Several models (or replicas) on one GPU take
- * turns at their peaks, so the memory of their combined peak has to serve each stream's peak in turn.
- * Moving pages to the stream at its peak (provider/stitch.c) costs map calls in every step, as the
- * stream the pages came from needs them back before the step ends; borrowing a block in place
- * (provider/vmm.c) costs none, but finds no block where the free memory of idle streams lies in
- * pieces. So where a stream's own free pages do not suffice and growing would pass the cache cap,
- * the stitched range may also map free pages of other streams of its tenant whose work on them is done
- * (their stream's fence covers their free: gp_stream_done_upto, as for a borrowed block): a loan. A
- * loaned page has exactly one alias slot, and
- * while that slot is in use its home is SHADOW, "held" for it. When the stitched block is freed the
- * home stays held (its owner's blocks are not touched on the holder's free path), so the holder
- * takes the same pages again in its next step with no call at all; the owner reclaims them when it
- * misses in its own heap (gp_alias_reclaim, from the pool lock), once the holder's work on it is done
- * (its fence covers the parking: the loan's parked_seq), so that nothing queued on the holder can still
- * use a page that its owner hands out again.
- * A held page is used by one stream at a time, on that stream, and changes stream only after an
- * event says the other's work on it is done: the order a borrowed block keeps. Memory stays counted
- * at home, to the same tenant.
+ * Loans: stitching across the streams of a tenant. Several models (or replicas) on one GPU take turns
+ * at their peaks, so the memory of their combined peak has to serve each stream's peak in turn. Moving
+ * pages to the stream at its peak (provider/stitch.c) costs map calls in every step, as the stream the
+ * pages came from needs them back before the step ends; borrowing a block in place (provider/vmm.c)
+ * costs none, but finds no block where the free memory of idle streams lies in pieces. So where a
+ * stream's own free pages do not suffice and growing would pass the cache cap, the stitched range may
+ * also map free pages of other streams of its tenant whose work on them is done (their stream's fence
+ * covers their free: gp_stream_done_upto, as for a borrowed block): a loan. A loaned page has exactly
+ * one alias slot, and while that slot is in use its home is SHADOW, "held" for it. When the stitched
+ * block is freed the home stays held (its owner's blocks are not touched on the holder's free path), so
+ * the holder takes the same pages again in its next step with no call at all; the owner reclaims them
+ * when it misses in its own heap (gp_alias_reclaim, from the pool lock), once the holder's work on it
+ * is done (its fence covers the parking: the loan's parked_seq), so that nothing queued on the holder
+ * can still use a page that its owner hands out again. A held page is used by one stream at a time, on
+ * that stream, and changes stream only after an event says the other's work on it is done: the order a
+ * borrowed block keeps. Memory stays counted at home, to the same tenant.
  *
  * Bounds. The alias slots of a stream's own pages never exceed the pages of its ordinary ranges: aliases cost no
  * device memory, but each is a device page-table entry and host metadata, and so they stay in

@@ -138,8 +138,9 @@ static gp_segment *steal_segment(gp_pool_state *p, gp_stream_state *st, size_t s
         gp_stream_state *owner = seg->owner;
         pthread_mutex_lock(&owner->lock);
         bool may_wait = wait || (p->cfg.steal_wait && owner->tenant == st->tenant);
-        bool usable = gp_segment_wholly_free(seg) && (gp_stream_done_upto(p, owner, seg->first->free_seq) ||
-                                                      (may_wait && fence_wait(p, owner, st, seg->first->free_seq, false)));
+        uint64_t seq = seg->first->free_seq;
+        bool usable = gp_segment_wholly_free(seg) &&
+                      (gp_stream_done_upto(p, owner, seq) || (may_wait && fence_wait(p, owner, st, seq, false)));
         pthread_mutex_unlock(&owner->lock);
         if (usable)
             best = seg;

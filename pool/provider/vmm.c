@@ -442,10 +442,10 @@ static gp_block *borrow(gp_pool_state *p, gp_stream_state *st, size_t rsize, siz
         return NULL;
     pthread_mutex_lock(&lender->lock);
     gp_block *b = NULL;
-    const gp_block *fit = gp_block_map_reserve(&lender->live) ? gp_heap_best(gp_heap_of(lender, small), rsize) : NULL;
-    bool lend = fit != NULL && fit->size < below && gp_stream_reusable(p, lender, st, fit->free_seq, true);
-    if (lend) /* gp_heap_take takes fit */
-        b = gp_heap_take(gp_heap_of(lender, small), &lender->blocks, rsize);
+    gp_heap *heap = gp_heap_of(lender, small);
+    gp_block *fit = gp_block_map_reserve(&lender->live) ? gp_heap_best(heap, rsize) : NULL;
+    if (fit != NULL && fit->size < below && gp_stream_reusable(p, lender, st, fit->free_seq, true))
+        b = gp_heap_take_block(heap, &lender->blocks, fit, rsize);
     if (b != NULL)
         lend_block(p, lender, st, b, size);
     pthread_mutex_unlock(&lender->lock);
@@ -638,9 +638,8 @@ static bool small_pages_home(gp_pool_state *p, gp_stream_state *st)
 static gp_block *tenant_best_fit(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t size, bool small,
                                  size_t own_fit)
 {
-    if (own_fit == 0 || small || !p->cfg.borrow || !p->cfg.tenant_best_fit)
-        return NULL;
-    return borrow(p, st, rsize, size, small, own_fit);
+    assert(own_fit == 0 || (!small && p->cfg.borrow && p->cfg.tenant_best_fit)); /* api/alloc.c asks so */
+    return own_fit != 0 ? borrow(p, st, rsize, size, small, own_fit) : NULL;
 }
 
 /* The allocation slow path on a virtual memory backend, in this order: where st's own heap fits a large

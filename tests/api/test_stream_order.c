@@ -356,14 +356,21 @@ static void *borrowed_by_t(void **k, void **p)
     return q;
 }
 
+/* borrowed_by_t's block q, written by T under a long kernel and freed on T while it runs: returned. */
+static void *freed_by_t_while_busy(void **k, void **p)
+{
+    void *q = borrowed_by_t(k, p);
+    launch(T, q, BUSY_BLOCK_SIZE, GP_SIM_WRITE, 2, LONG_NS);
+    free_on(q, T);
+    return q;
+}
+
 /* T borrows p, writes it under a long kernel and frees it on T: T takes it back at once (its own
  * stream orders it), while S, the owner, gets other memory until T's event completes. */
 Test(stream_order, a_borrower_takes_back_at_once_what_it_freed_and_the_owner_waits)
 {
     void *k, *p;
-    void *q = borrowed_by_t(&k, &p);
-    launch(T, q, BUSY_BLOCK_SIZE, GP_SIM_WRITE, 2, LONG_NS);
-    free_on(q, T);
+    void *q = freed_by_t_while_busy(&k, &p);
     gp_stats before = stats();
     void *again = alloc_on(BUSY_BLOCK_SIZE, T);
     gp_stats after = stats();
@@ -387,9 +394,7 @@ Test(stream_order, a_borrower_takes_back_at_once_what_it_freed_and_the_owner_wai
 Test(stream_order, a_borrower_takes_back_part_of_what_it_freed_and_the_rest_waits)
 {
     void *k, *p;
-    void *q = borrowed_by_t(&k, &p);
-    launch(T, q, BUSY_BLOCK_SIZE, GP_SIM_WRITE, 2, LONG_NS);
-    free_on(q, T);
+    void *q = freed_by_t_while_busy(&k, &p);
     gp_stats before = stats();
     void *part = alloc_on(2 * MIB, T);
     gp_stats after = stats();
