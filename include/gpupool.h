@@ -233,10 +233,11 @@ GP_API int gp_tenant_name(gp_pool *pool, size_t index, char *buf, size_t len);
  */
 #define GP_STATS_FIELDS(X)                                                                                     \
     X(allocated_bytes, BYTES, "live: rounded sizes of blocks handed out and not freed")                       \
-    X(allocated_bytes_peak, BYTES, "exact with one stream; with several, off by up to 16 MiB per other "     \
-                                   "active stream either way: over by what another stream freed, under by "   \
-                                   "what it allocated, and has not added to the shared count yet (streams "  \
-                                   "keep their counts apart so that their fast paths share no cache line)")  \
+    X(allocated_bytes_peak, BYTES, "exact with one stream; with several, counted over all streams when "    \
+                                   "it moves (over only where another thread held a stream's lock then), "   \
+                                   "and short by up to 16 MiB per other active stream: what that stream "    \
+                                   "allocated and has not added to the shared count yet (streams keep "      \
+                                   "their counts apart so that their fast paths share no cache line)")       \
     X(requested_bytes, BYTES, "live: sizes as requested")                                                      \
     X(reserved_bytes, BYTES, "device memory held by the pool")                                                 \
     X(reserved_bytes_peak, BYTES, "peak of reserved_bytes")                                                    \

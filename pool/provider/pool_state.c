@@ -1,7 +1,8 @@
 /*
  * pool_state.c — the pool state's own bookkeeping, which makes no device call: the list of segments,
- * placing a new segment in it, locking every stream, flushing the streams' allocated deltas, freeing
- * all metadata at destroy, and the accounting check of gp_check (the invariants of pool_state.h).
+ * placing a new segment in it, locking every stream, flushing and counting the streams' allocated
+ * deltas, freeing all metadata at destroy, and the accounting check of gp_check (the invariants of
+ * pool_state.h).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,6 +77,23 @@ void gp_flush_all(gp_pool_state *p)
         gp_flush(p, st);
         pthread_mutex_unlock(&st->lock);
     }
+}
+
+int64_t gp_allocated_now(gp_pool_state *p, gp_stream_state *held, int64_t estimate)
+{
+    int64_t sum = atomic_load_explicit(&p->allocated_flushed, memory_order_relaxed);
+    unsigned count = atomic_load(&p->streams.count);
+    for (unsigned i = 0; i < count; i++) {
+        gp_stream_state *x = p->streams.by_index[i];
+        if (x != held && pthread_mutex_trylock(&x->lock) != 0)
+            return estimate;
+        sum += atomic_load_explicit(&x->unflushed, memory_order_relaxed);
+        if (x->lenders != NULL)
+            sum += gp_thread_cache_unflushed(x);
+        if (x != held)
+            pthread_mutex_unlock(&x->lock);
+    }
+    return sum;
 }
 
 #define CHECK(cond, ...)                                                                                       \

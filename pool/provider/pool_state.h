@@ -164,12 +164,43 @@ static inline int64_t gp_account_flush(gp_pool_state *p, int64_t *mine, int64_t 
 }
 
 /*
+ * The pool's allocated bytes counted now: the shared total plus every stream's unflushed delta and its
+ * thread caches' (gp_allocated_peak_candidate). `held` is a stream whose lock the caller holds, or
+ * NULL; the other streams' locks (which keep their thread caches' list) are tried, never waited for,
+ * since the caller holds a stream lock or a thread cache's (lock order: pool_state.h, thread_cache.h).
+ * Where one is held (by another thread, or by the caller's own stream path), `estimate` is returned
+ * as it is.
+ */
+int64_t gp_allocated_now(gp_pool_state *p, gp_stream_state *held, int64_t estimate);
+
+/*
+ * The value a new allocated peak is raised to, from `estimate`: the shared total plus the caller's
+ * stream's unflushed delta (and its caches'). With one stream that is exact. With several it is over
+ * by what the others freed and have not added to the shared total yet (up to GP_FLUSH_BYTES each), and
+ * a peak raised to it stays over for good: the cache cap, which is (1 + cache_slack) x that peak
+ * (policy/cache_cap.h), then lets the pool keep the bookkeeping's slack as if the workload had needed
+ * it, up to 16 MiB per other stream (on four streams with 362 MiB live, 4% of the cap). So where the
+ * estimate would raise the peak, the streams' deltas are counted (gp_allocated_now): an estimate that
+ * does not pass the peak changes nothing, and one that does is rare once a workload has reached its
+ * peak (a loop's later steps), so the count is paid where the peak moves (first steps, ramps), at one
+ * try-lock and a few loads per stream. What stays is the other side: a peak reached while another
+ * stream holds allocations it has not added yet is recorded short by those, as before.
+ */
+static inline int64_t gp_allocated_peak_candidate(gp_pool_state *p, gp_stream_state *held, int64_t estimate)
+{
+    if (estimate <= (int64_t)atomic_load_explicit(&p->allocated_peak, memory_order_relaxed) ||
+        atomic_load_explicit(&p->streams.count, memory_order_relaxed) < 2)
+        return estimate;
+    return gp_allocated_now(p, held, estimate);
+}
+
+/*
  * Accounts `delta` allocated bytes (+ on hand-out, - on free) to st (locked). The stream's share is
  * exact; the pool's shared total is updated only when the stream's unflushed delta reaches
- * GP_FLUSH_BYTES either way. The peak is raised to the shared total plus this stream's unflushed delta:
- * exact for one stream, and off by less than GP_FLUSH_BYTES per other active stream otherwise, either
- * way (short while another stream's unflushed delta is positive, over while it is negative: freed
- * bytes not flushed yet).
+ * GP_FLUSH_BYTES either way. The peak is raised to the allocated bytes counted when it moves
+ * (gp_allocated_peak_candidate): exact for one stream, and for several never over what was allocated
+ * at once; short by less than GP_FLUSH_BYTES per other active stream while another stream's unflushed
+ * delta is positive (allocated bytes not flushed yet).
  * A stream with blocks in thread caches counts their deltas as its own (gp_account_flush): the shared
  * total, and so every peak and cache cap, moves exactly as it would without the caches (one thread).
  */
@@ -181,6 +212,7 @@ static inline void gp_account(gp_pool_state *p, gp_stream_state *st, int64_t del
     int64_t total = gp_account_flush(p, &mine, others);
     atomic_store_explicit(&st->unflushed, mine, memory_order_relaxed);
     if (delta > 0) {
+        total = gp_allocated_peak_candidate(p, st, total);
         gp_raise_peak(&p->allocated_peak, (size_t)total);
         gp_raise_peak(&p->window_peak, (size_t)total);
     }

@@ -104,7 +104,7 @@ gp_block *gp_thread_cache_take_locked(gp_pool_state *p, gp_stream_state *st, siz
 {
     /* The same take: holding st's lock changes nothing in it (the thread cache's lock comes after a
      * stream lock in the lock order), only what the caller has already done on st. */
-    return gp_thread_cache_take(p, st, size, rsize);
+    return gp_tc_take(p, st, size, rsize, true);
 }
 
 /* Takes e off its stream (e->st locked, e->cache locked, e folded). */

@@ -191,8 +191,11 @@ static inline gp_block *gp_tc_live_remove(gp_tc_entry *e, uintptr_t addr)
 /* Adds `bytes` allocated (or freed) on st to its entry e as gp_account does to a stream (pool_state.h):
  * the entry's unflushed delta and st's are one accumulator (gp_account_flush), so the shared total and
  * the peaks move exactly as they would without the cache when one thread uses the stream. An
- * allocation can only reach the upper bound and a free the lower one (the sum was inside both). */
-static inline void gp_tc_account_alloc(gp_pool_state *p, gp_stream_state *st, gp_tc_entry *e, size_t bytes)
+ * allocation can only reach the upper bound and a free the lower one (the sum was inside both).
+ * `st_locked`: the caller holds st's lock (the stream's path), which a new peak's count then need not
+ * try (gp_allocated_peak_candidate). */
+static inline void gp_tc_account_alloc(gp_pool_state *p, gp_stream_state *st, gp_tc_entry *e, size_t bytes,
+                                       bool st_locked)
 {
     int64_t mine = atomic_load_explicit(&e->unflushed, memory_order_relaxed) + (int64_t)bytes;
     int64_t others = atomic_load_explicit(&st->unflushed, memory_order_relaxed);
@@ -200,6 +203,7 @@ static inline void gp_tc_account_alloc(gp_pool_state *p, gp_stream_state *st, gp
     if (mine + others >= GP_FLUSH_BYTES)
         total = gp_account_flush(p, &mine, others);
     atomic_store_explicit(&e->unflushed, mine, memory_order_relaxed);
+    total = gp_allocated_peak_candidate(p, st_locked ? st : NULL, total);
     gp_raise_peak(&p->allocated_peak, (size_t)total);
     gp_raise_peak(&p->window_peak, (size_t)total);
 }
@@ -214,8 +218,9 @@ static inline void gp_tc_account_free(gp_pool_state *p, gp_stream_state *st, gp_
 }
 
 /* The entry's block of exactly rsize bytes for a request of `size` on st, handed out (LIVE), or NULL
- * (c locked). */
-static inline gp_block *gp_tc_pop(gp_pool_state *p, gp_stream_state *st, gp_tc_entry *e, size_t g, size_t size)
+ * (c locked; st too where st_locked). */
+static inline gp_block *gp_tc_pop(gp_pool_state *p, gp_stream_state *st, gp_tc_entry *e, size_t g, size_t size,
+                                  bool st_locked)
 {
     gp_block *b = e->free[g];
     assert(b->state == GP_BLOCK_LENT && b->size == g * GP_GRANULE && b->use_count == 0);
@@ -230,8 +235,22 @@ static inline gp_block *gp_tc_pop(gp_pool_state *p, gp_stream_state *st, gp_tc_e
     e->kind_alloc_bytes[kind] += b->size;
     e->requested += (int64_t)size;
     e->size_class_allocs[gp_stats_bucket(size)]++; /* < GP_TC_BUCKETS: size < 8 KiB */
-    gp_tc_account_alloc(p, st, e, b->size);
+    gp_tc_account_alloc(p, st, e, b->size, st_locked);
     gp_history_note(p, GP_HIST_ALLOC, b->addr, size, st->handle, st->tenant->index);
+    return b;
+}
+
+/* gp_thread_cache_take, where the caller holds st's lock or not (st_locked). */
+static inline gp_block *gp_tc_take(gp_pool_state *p, gp_stream_state *st, size_t size, size_t rsize, bool st_locked)
+{
+    gp_thread_cache *c = gp_tls_thread_cache;
+    size_t g = rsize / GP_GRANULE;
+    if (c == NULL || g >= GP_TC_CLASSES)
+        return NULL;
+    gp_bl_hold held = gp_tc_lock_own(c);
+    gp_tc_entry *e = gp_tc_entry_of(c, p, st);
+    gp_block *b = e != NULL && e->free[g] != NULL ? gp_tc_pop(p, st, e, g, size, st_locked) : NULL;
+    gp_tc_unlock(c, held);
     return b;
 }
 
@@ -241,15 +260,7 @@ static inline gp_block *gp_tc_pop(gp_pool_state *p, gp_stream_state *st, gp_tc_e
  * calls gp_thread_cache_take_locked, so the blocks come in the order they would without the cache. */
 static inline gp_block *gp_thread_cache_take(gp_pool_state *p, gp_stream_state *st, size_t size, size_t rsize)
 {
-    gp_thread_cache *c = gp_tls_thread_cache;
-    size_t g = rsize / GP_GRANULE;
-    if (c == NULL || g >= GP_TC_CLASSES)
-        return NULL;
-    gp_bl_hold held = gp_tc_lock_own(c);
-    gp_tc_entry *e = gp_tc_entry_of(c, p, st);
-    gp_block *b = e != NULL && e->free[g] != NULL ? gp_tc_pop(p, st, e, g, size) : NULL;
-    gp_tc_unlock(c, held);
-    return b;
+    return gp_tc_take(p, st, size, rsize, false);
 }
 
 /* gp_thread_cache_take on the stream's path (st locked, its pending frees collected): the top of the
