@@ -18,6 +18,9 @@ multiples of peak live (requested sizes, as gpupool replay's reserved/live; bloc
              every whole free page could be unmapped and mapped where it is needed at no cost. The
              peak of that is what a virtual-memory pool that moves pages perfectly reaches with best
              fit; what is left above the floor is free bytes in partly used pages;
+  pages-bf-streams  the same with a small and a large heap per stream, as a pool whose streams keep
+             their own free lists (gpupool's, PyTorch's): set against pages-bf, what keeping the streams
+             apart costs where pages move freely between them;
   offline    requests above 512 KiB placed knowing every lifetime in advance (greedy by size: largest
              first, each at the lowest address free for its whole lifetime) in one address space, the
              small ones as pages-bf: what a layout planned from a recorded pass could reach;
@@ -60,21 +63,24 @@ def rounded(size):
 
 def events(path, repeat):
     """(is_alloc, key, rounded size, requested size) for `repeat` passes, each pass's leftovers freed
-    at its end."""
+    at its end. A key is (pass, pointer, the stream it was allocated on: '' where the trace has no
+    Stream column)."""
     f = gzip.open(path, 'rt') if path.endswith('.gz') else open(path)
     with f:
-        rows = [(r['Action'] == 'allocate', r['Pointer'], int(r['Size'])) for r in csv.DictReader(f)]
+        rows = [(r['Action'] == 'allocate', r['Pointer'], int(r['Size']), r.get('Stream') or '')
+                for r in csv.DictReader(f)]
     out = []
     for p in range(repeat):
         live = {}
-        for alloc, ptr, size in rows:
-            key = (p, ptr)
-            if alloc and key not in live:
-                live[key] = size
+        for alloc, ptr, size, stream in rows:
+            if alloc and (p, ptr) not in live:
+                key = (p, ptr, stream)
+                live[(p, ptr)] = key, size
                 out.append((True, key, rounded(size), size))
-            elif not alloc and key in live:
-                out.append((False, key, rounded(size), live.pop(key)))
-        out += [(False, key, rounded(size), size) for key, size in live.items()]
+            elif not alloc and (p, ptr) in live:
+                key, size = live.pop((p, ptr))
+                out.append((False, key, rounded(size), size))
+        out += [(False, key, rounded(size), size) for key, size in live.values()]
     return out
 
 
@@ -162,6 +168,25 @@ def pages_bf(evs, planned=None):
                 heaps[small].release(addr, size)
             else:
                 heaps[0]._touch(addr, size, -1)
+    return peak * PAGE
+
+
+def pages_bf_streams(evs):
+    """pages-bf with a small and a large heap per stream (the stream each block was allocated on):
+    what stream-ordered heaps need where every whole free page moves to any stream at no cost."""
+    heaps, where, pages, peak = {}, {}, 0, 0
+    for alloc, key, size, _ in evs:
+        if alloc:
+            heap = heaps.setdefault(key[2], (Arena(), Arena()))[size <= SMALL]
+            before = heap.pages
+            where[key] = heap, heap.alloc(size)
+            pages += heap.pages - before
+            peak = max(peak, pages)
+        else:
+            heap, addr = where.pop(key)
+            before = heap.pages
+            heap.release(addr, size)
+            pages += heap.pages - before
     return peak * PAGE
 
 
@@ -322,6 +347,7 @@ def lifetime_classes(evs, long_lived):
 MODELS = {
     'arena-bf': arena_bf,
     'pages-bf': pages_bf,
+    'pages-bf-streams': pages_bf_streams,
     'offline': lambda evs: pages_bf(evs, offline_layout(evs)),
     'online-plan': online_plan,
     'online-plan-kept': lambda evs: online_plan(evs, kept=True),
