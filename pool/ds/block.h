@@ -108,6 +108,24 @@ static inline gp_event *gp_block_events(gp_block *b)
     return b->events != NULL ? b->events : b->events_inline;
 }
 
+/*
+ * The state of a block that may be lent to a thread cache (provider/thread_cache.h), read or written
+ * atomically (relaxed). A lent block's state is written by the cache's thread without the stream's
+ * lock (LENT on its free, LIVE on its hand-out: never FREE), while a holder of the stream's lock may
+ * read it as an address neighbour of a block it frees (ds/heap.c: coalescing). Which of the two it
+ * reads does not change the outcome (neither is FREE), but a plain read beside that write is a data
+ * race: both sides go through these (a plain mov on the machines we build for).
+ */
+static inline gp_block_state gp_block_state_shared(const gp_block *b)
+{
+    return __atomic_load_n(&b->state, __ATOMIC_RELAXED);
+}
+
+static inline void gp_block_set_state_shared(gp_block *b, gp_block_state state)
+{
+    __atomic_store_n(&b->state, state, __ATOMIC_RELAXED);
+}
+
 /* True when the segment is a single FREE block (so never for a virtual range with a hole). The size is
  * tested first: a block lent to a thread cache (provider/thread_cache.h) has its state written by that
  * thread without the stream's lock, but never its size, and a lent block (under 8 KiB) never spans its

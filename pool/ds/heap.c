@@ -232,12 +232,13 @@ gp_block *gp_heap_release(gp_heap *heap, gp_block_cache *cache, gp_block *b)
     b->requested = 0;
     gp_block_drop_uses(b);
     uint64_t seq = b->free_seq; /* the merged block's: the latest of its parts', which covers them all */
-    if (b->next != NULL && b->next->state == GP_BLOCK_FREE) {
+    /* a neighbour may be lent to a thread cache, its state written by that cache's thread (block.h) */
+    if (b->next != NULL && gp_block_state_shared(b->next) == GP_BLOCK_FREE) {
         seq = b->next->free_seq > seq ? b->next->free_seq : seq;
         gp_heap_remove(heap, b->next);
         absorb(cache, b, b->next);
     }
-    if (b->prev != NULL && b->prev->state == GP_BLOCK_FREE) {
+    if (b->prev != NULL && gp_block_state_shared(b->prev) == GP_BLOCK_FREE) {
         gp_block *left = b->prev;
         seq = left->free_seq > seq ? left->free_seq : seq;
         gp_heap_remove(heap, left);

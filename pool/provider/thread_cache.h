@@ -227,7 +227,7 @@ static inline gp_block *gp_tc_pop(gp_pool_state *p, gp_stream_state *st, gp_tc_e
     e->free[g] = b->list_next;
     e->count[g]--;
     b->list_next = NULL;
-    b->state = GP_BLOCK_LIVE;
+    gp_block_set_state_shared(b, GP_BLOCK_LIVE); /* without st's lock: block.h */
     b->requested = size;
     gp_tc_live_insert(e, b);
     bool kind = b->segment->small;
@@ -298,7 +298,7 @@ static inline bool gp_thread_cache_give(gp_pool_state *p, gp_stream_state *st, u
             gp_history_note(p, GP_HIST_FREE_COMPLETED, b->addr, b->requested, st->handle, st->tenant->index);
         }
         b->requested = 0;
-        b->state = GP_BLOCK_LENT;
+        gp_block_set_state_shared(b, GP_BLOCK_LENT); /* without st's lock: block.h */
         b->free_since = atomic_load_explicit(&p->coarse_now, memory_order_relaxed);
         b->list_next = e->free[g];
         e->free[g] = b;
