@@ -621,11 +621,12 @@ static bool small_pages_home(gp_pool_state *p, gp_stream_state *st)
  * to any other stream of the tenant, as free as its own (borrow). A request that st's heap fits only
  * loosely, splitting a larger free block, while another stream holds an idle block that fits it more
  * tightly, is one that best fit over the tenant's free memory would place in the other block: the
- * split cuts a free block that later, larger requests need whole while the tighter block stays idle,
- * and at the streams' combined peak every stream carries partly used pages of its own. Best fit over
- * one heap of all streams needs 1.015-1.035 x live where separate heaps needed 1.05-1.07
- * (bench/RESULTS.md, session 27). Only blocks whose stream's fence says its work on them is done are
- * taken (no wait), and an exact fit in st's own heap is never passed over (the fast path takes it).
+ * split cuts a free block that later, larger requests need whole while the tighter block stays idle.
+ * Separate heaps as such cost little where whole free pages move freely between streams (the
+ * reference models pages-bf and pages-bf-streams agree on average, bench/RESULTS.md, session 34); what
+ * this saves is the pages the pool would otherwise grow or move for the split block's later, larger
+ * requests. Only blocks whose stream's fence says its work on them is done are taken (no wait), and
+ * an exact fit in st's own heap is never passed over (the fast path takes it).
  * Large requests only: small blocks live and die with their stream's own work.
  *
  * Off by default, because of what it costs with busy streams: the borrowed block, freed on the
