@@ -21,6 +21,13 @@ multiples of peak live (requested sizes, as gpupool replay's reserved/live; bloc
   pages-bf-streams  the same with a small and a large heap per stream, as a pool whose streams keep
              their own free lists (gpupool's, PyTorch's): set against pages-bf, what keeping the streams
              apart costs where pages move freely between them;
+  pages-bf-streams-busy  the same, with each stream's GPU work as `gpupool replay --stream-work F`
+             queues it (a freed block is in use on its stream for F x the time to that stream's next
+             row of the trace, --stream-work, default 1): a page its stream has emptied reaches another
+             stream only once that work is done, and counts as held until then (its own stream may
+             reuse it at once). Fences are ideal: the page moves the moment the work ends. Set
+             against pages-bf-streams, what busy streams cost a pool that never makes one stream
+             wait for another;
   offline    requests above 512 KiB placed knowing every lifetime in advance (greedy by size: largest
              first, each at the lowest address free for its whole lifetime) in one address space, the
              small ones as pages-bf: what a layout planned from a recorded pass could reach;
@@ -42,6 +49,7 @@ multiples of peak live (requested sizes, as gpupool replay's reserved/live; bloc
              the same two large request sizes (its lifetime, or its age while it lives; unseen: short).
 
 Usage: tools/placement_models.py [--repeat N] [--models arena-bf,pages-bf,offline,...] [--lifetime-events N]
+       [--stream-work F]
        TRACE|FOLDER ...
 Standard library only; minutes for traces of 100k events (the models scan free lists linearly).
 """
@@ -50,6 +58,7 @@ import bisect
 import csv
 import glob
 import gzip
+import heapq
 import os
 import sys
 
@@ -61,26 +70,47 @@ def rounded(size):
     return max(512, (size + 511) // 512 * 512)
 
 
-def events(path, repeat):
+def events(path, repeat, times=None):
     """(is_alloc, key, rounded size, requested size) for `repeat` passes, each pass's leftovers freed
     at its end. A key is (pass, pointer, the stream it was allocated on: '' where the trace has no
-    Stream column)."""
+    Stream column). With `times` (a list), one (now, done) pair per event is appended to it, in ns on
+    a GPU clock that follows the trace's Time column (microseconds, never going back; each pass starts
+    where the last ended), as `gpupool replay --stream-work` keeps it: `done` is when a freed block's
+    last use on its stream ends, at WORK x the time to that stream's next row (its `now` for an
+    allocation, for a free on another stream than the allocating one, and for a pass's leftovers)."""
     f = gzip.open(path, 'rt') if path.endswith('.gz') else open(path)
     with f:
-        rows = [(r['Action'] == 'allocate', r['Pointer'], int(r['Size']), r.get('Stream') or '')
-                for r in csv.DictReader(f)]
-    out = []
+        rows = [(r['Action'] == 'allocate', r['Pointer'], int(r['Size']), r.get('Stream') or '',
+                 int(r.get('Time') or 0)) for r in csv.DictReader(f)]
+    at, gap = [], [0] * len(rows)
+    last, clock = {}, 0
+    for i, row in enumerate(rows):
+        us = max(row[4] - rows[0][4], 0)
+        clock = max(clock, us * 1000)
+        at.append(clock)
+        if row[3] in last:
+            gap[last[row[3]]] = clock - at[last[row[3]]]
+        last[row[3]] = i
+    out, base = [], 0
     for p in range(repeat):
         live = {}
-        for alloc, ptr, size, stream in rows:
+        for i, (alloc, ptr, size, stream, _) in enumerate(rows):
+            now = base + at[i]
             if alloc and (p, ptr) not in live:
                 key = (p, ptr, stream)
                 live[(p, ptr)] = key, size
                 out.append((True, key, rounded(size), size))
+                if times is not None:
+                    times.append((now, now))
             elif not alloc and (p, ptr) in live:
                 key, size = live.pop((p, ptr))
                 out.append((False, key, rounded(size), size))
+                if times is not None:
+                    times.append((now, now + int(WORK * gap[i]) if key[2] == stream else now))
         out += [(False, key, rounded(size), size) for key, size in live.values()]
+        base += at[-1] if at else 0
+        if times is not None:
+            times += [(base, base)] * len(live)
     return out
 
 
@@ -187,6 +217,47 @@ def pages_bf_streams(evs):
             before = heap.pages
             heap.release(addr, size)
             pages += heap.pages - before
+    return peak * PAGE
+
+
+class PageCounting(Arena):
+    """An Arena that also records which pages changed between holding a live byte and holding none."""
+
+    def _touch(self, addr, size, d):
+        for page in range(addr // PAGE, (addr + size - 1) // PAGE + 1):
+            n = self.used.get(page, 0)
+            if (n == 0) != (n + d == 0):
+                self.changed.append(page)
+        Arena._touch(self, addr, size, d)
+
+
+def pages_bf_streams_busy(evs, times):
+    """pages-bf-streams where a stream's whole free page reaches other streams only once its work on it
+    is done (`times`: the freed block's last use ends at `done`): until then the page stays held, and
+    only its own stream can place blocks in it. Fences are ideal (no round trip, no wait)."""
+    heaps, where, live_pages, peak = {}, {}, 0, 0
+    cooling, expiries = {}, []  # (stream, small?, page) -> done; heap of (done, that key)
+    for (alloc, key, size, _), (now, done) in zip(evs, times):
+        while expiries and expiries[0][0] <= now:
+            t, k = heapq.heappop(expiries)
+            if cooling.get(k) == t:
+                del cooling[k]
+        small = size <= SMALL
+        heap = heaps.setdefault((key[2], small), PageCounting())
+        heap.changed = []
+        before = heap.pages
+        if alloc:
+            where[key] = heap.alloc(size)
+            for page in heap.changed:
+                cooling.pop((key[2], small, page), None)
+        else:
+            heap.release(where.pop(key), size)
+            if done > now:
+                for page in heap.changed:
+                    cooling[(key[2], small, page)] = done
+                    heapq.heappush(expiries, (done, (key[2], small, page)))
+        live_pages += heap.pages - before
+        peak = max(peak, live_pages + len(cooling))
     return peak * PAGE
 
 
@@ -344,17 +415,19 @@ def lifetime_classes(evs, long_lived):
     return peak * PAGE
 
 
-MODELS = {
-    'arena-bf': arena_bf,
-    'pages-bf': pages_bf,
-    'pages-bf-streams': pages_bf_streams,
-    'offline': lambda evs: pages_bf(evs, offline_layout(evs)),
-    'online-plan': online_plan,
-    'online-plan-kept': lambda evs: online_plan(evs, kept=True),
-    'lifetime-oracle': lambda evs: lifetime_classes(evs, lifetimes_known(evs, LIFETIME_EVENTS)),
-    'lifetime-predicted': lambda evs: lifetime_classes(evs, lifetimes_predicted(evs, LIFETIME_EVENTS)),
+MODELS = {  # each takes the events and their times (events(): `times`)
+    'arena-bf': lambda evs, _: arena_bf(evs),
+    'pages-bf': lambda evs, _: pages_bf(evs),
+    'pages-bf-streams': lambda evs, _: pages_bf_streams(evs),
+    'pages-bf-streams-busy': pages_bf_streams_busy,
+    'offline': lambda evs, _: pages_bf(evs, offline_layout(evs)),
+    'online-plan': lambda evs, _: online_plan(evs),
+    'online-plan-kept': lambda evs, _: online_plan(evs, kept=True),
+    'lifetime-oracle': lambda evs, _: lifetime_classes(evs, lifetimes_known(evs, LIFETIME_EVENTS)),
+    'lifetime-predicted': lambda evs, _: lifetime_classes(evs, lifetimes_predicted(evs, LIFETIME_EVENTS)),
 }
 LIFETIME_EVENTS = 4096
+WORK = 1.0  # --stream-work
 DEFAULT_MODELS = 'arena-bf,pages-bf,offline'
 
 
@@ -365,14 +438,20 @@ def traces_in(spec):
 
 
 def main(argv):
-    global LIFETIME_EVENTS
+    global LIFETIME_EVENTS, WORK
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     ap.add_argument('paths', nargs='+')
     ap.add_argument('--repeat', type=int, default=3)
     ap.add_argument('--models', default=DEFAULT_MODELS, help=f"comma-separated, of: {', '.join(MODELS)}")
     ap.add_argument('--lifetime-events', type=int, default=LIFETIME_EVENTS)
+    ap.add_argument('--stream-work', type=float, default=WORK,
+                    help='pages-bf-streams-busy: a freed block is in use for this x the time to its '
+                         "stream's next event (gpupool replay --stream-work; 0 to 1)")
     args = ap.parse_args(argv)
-    LIFETIME_EVENTS = args.lifetime_events
+    if not 0.0 <= args.stream_work <= 1.0:
+        print(f"placement_models.py: --stream-work {args.stream_work} is not between 0 and 1", file=sys.stderr)
+        return 2
+    LIFETIME_EVENTS, WORK = args.lifetime_events, args.stream_work
     names = args.models.split(',')
     unknown = [n for n in names if n not in MODELS]
     if unknown:
@@ -381,7 +460,8 @@ def main(argv):
     print(f"{'trace':44s} {'live MiB':>9s} {'floor':>6s}" + ''.join(f" {n:>9s}" for n in names))
     for spec in args.paths:
         for path in traces_in(spec):
-            evs = events(path, args.repeat)
+            times = []
+            evs = events(path, args.repeat, times)
             live = peak = live_r = peak_r = 0
             for alloc, _, size, requested in evs:
                 live += requested if alloc else -requested
@@ -390,7 +470,7 @@ def main(argv):
             if peak == 0:
                 continue
             floor = (peak_r + PAGE - 1) // PAGE * PAGE
-            cells = ''.join(f" {MODELS[n](evs) / peak:>9.3f}" for n in names)
+            cells = ''.join(f" {MODELS[n](evs, times) / peak:>9.3f}" for n in names)
             print(f"{path[-44:]:44s} {peak / (1 << 20):>9.1f} {floor / peak:>6.3f}{cells}", flush=True)
     return 0
 
