@@ -187,8 +187,10 @@ static void print_text(const gp_trace *t, const gp_replay_result *r)
            r->peak_live_bytes ? (double)r->page_floor_bytes / (double)r->peak_live_bytes : 0.0);
     print_peak(&r->peak, r->allocations_per_pass);
     if (r->stream_work > 0)
-        printf("  stream work           %g of each gap between a stream's events: %llu kernels, %llu races\n",
-               r->stream_work, (unsigned long long)r->kernels, (unsigned long long)r->races);
+        printf("  stream work           %g of each gap between a stream's events: %llu kernels, %llu races, "
+               "host held up %.3f ms, at most %llu ops queued on a stream\n",
+               r->stream_work, (unsigned long long)r->kernels, (unsigned long long)r->races,
+               (double)r->host_stall_ns / 1e6, (unsigned long long)r->deepest_queue);
     if (r->races + r->bad_calls > 0)
         printf("  simulated GPU         %llu races, %llu bad calls (first: %s)\n", (unsigned long long)r->races,
                (unsigned long long)r->bad_calls, r->first_violation);
@@ -261,8 +263,11 @@ static void print_json_trace(FILE *f, const gp_trace *t, const gp_replay_result 
     json_calls(f, &r->last);
     fprintf(f, ",\"call_costs_us\":{\"create\":%g,\"map\":%g,\"unmap\":%g,\"access\":%g,\"sync\":%g}",
             r->costs.create_us, r->costs.map_us, r->costs.unmap_us, r->costs.set_access_us, r->costs.sync_us);
-    fprintf(f, ",\"stream_work\":%g,\"kernels\":%llu,\"races\":%llu,\"bad_calls\":%llu,\"first_violation\":",
+    fprintf(f,
+            ",\"stream_work\":%g,\"kernels\":%llu,\"races\":%llu,\"host_stall_ns\":%llu,\"deepest_queue\":%llu,"
+            "\"bad_calls\":%llu,\"first_violation\":",
             r->stream_work, (unsigned long long)r->kernels, (unsigned long long)r->races,
+            (unsigned long long)r->host_stall_ns, (unsigned long long)r->deepest_queue,
             (unsigned long long)r->bad_calls);
     json_string(f, r->first_violation);
     fputs(",\"conf\":", f);

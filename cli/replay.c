@@ -196,16 +196,29 @@ static void replay_free(replay_state *s, gp_replay_result *r, const gp_trace_eve
     s->live_rounded -= granule_round(ev->size);
 }
 
-/* The pass with stream work (replay.h: stream_work): the simulated clock follows the trace's, and each
- * event's block is used on its stream until that stream's next event (times the fraction). */
+/*
+ * The pass with stream work (replay.h: stream_work): the simulated clock follows the trace's, and each
+ * event's block is used on its stream until that stream's next event (times the fraction).
+ * The trace's times are the host's: where the pool held the host up (a device or event synchronize runs
+ * the simulated GPU on until the work waited for is done, past the next event's time), the rest of the
+ * trace comes that much later, as a host thread that was held up issues its next calls late; the GPU
+ * has run meanwhile. Holding the trace to its first times instead would issue the events of that
+ * stretch with the GPU's clock standing still: every stream's kernels queue up behind each other, and
+ * each stall leaves the streams further behind their hosts for good (at 1, each kernel lasts until its
+ * stream's next event, so a backlog never drains), which is not a GPU that keeps pace.
+ */
 static void run_pass_worked(const gp_trace *t, replay_state *s, gp_replay_result *r, double fraction)
 {
     uint64_t base = gp_sim_now(s->sim);
     for (size_t i = 0; i < t->num_events; i++) {
         const gp_trace_event *ev = &t->events[i];
         uint64_t now = gp_sim_now(s->sim), due = base + s->at_ns[i];
-        if (due > now)
+        if (due < now) { /* held up since the last event */
+            r->host_stall_ns += now - due;
+            base += now - due;
+        } else if (due > now) {
             gp_sim_advance(s->sim, due - now);
+        }
         uint64_t work = (uint64_t)((double)s->gap_ns[i] * fraction);
         gp_stream stream = s->streams[ev->stream];
         if (ev->kind == GP_EV_ALLOC) {
@@ -534,6 +547,7 @@ int gp_replay_run(const gp_trace *trace, const gp_replay_options *options, gp_re
     r->kernels = s.kernels;
     r->races = report.races;
     r->bad_calls = report.bad_calls;
+    r->deepest_queue = report.deepest_queue;
     snprintf(r->first_violation, sizeof r->first_violation, "%s", gp_sim_first_violation(s.sim));
 
     r->allocated_bytes_end = stats.allocated_bytes;

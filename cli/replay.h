@@ -72,7 +72,9 @@ typedef struct gp_replay_options {
      * pace with its host thread, so the pool may reuse a stream's freed memory on another stream only
      * once that stream's work is done (its fence, borrowing, loans), as on a GPU; and the race checker
      * sees every block's uses, so a block handed to one stream while another still uses it is reported
-     * (result.races). Host times then include the simulated kernels.
+     * (result.races). Host times then include the simulated kernels. The trace's times are the
+     * host's: where the pool holds the host up (a synchronize that runs the GPU past the next event's
+     * time), the rest of the trace comes that much later (result.host_stall_ns).
      */
     double stream_work;
 } gp_replay_options;
@@ -136,6 +138,13 @@ typedef struct gp_replay_result {
      * ("" if none). */
     double stream_work;
     uint64_t kernels, races;
+    /* With stream work: how long the pool held the host up in all (device and event synchronizes that
+     * ran the simulated GPU past the next event's time), ns; the trace's later events came that much
+     * later (replay.c: run_pass_worked). */
+    uint64_t host_stall_ns;
+    /* The most ops queued on one simulated stream at once (gp_sim_report.deepest_queue): with stream
+     * work at 1, a stream's kernels keep pace with its events, so a few at most. */
+    uint64_t deepest_queue;
     /* device calls the sim refused as wrong, with or without stream work: a kernel on memory not
      * allocated or not mapped, a free of an unknown address, ... (gp_sim_report.bad_calls) */
     uint64_t bad_calls;

@@ -132,6 +132,9 @@ typedef struct gp_sim_report {
     uint64_t leaked_handles_at_close;      /* handles not released when the backend was closed */
     uint64_t leaked_mappings_at_close;     /* mappings not unmapped when the backend was closed */
     uint64_t leaked_reservations_at_close; /* reservations not released when the backend was closed */
+    /* The most ops (kernels, event records, waits) queued on one stream at once, not yet completed:
+     * how far a stream fell behind the host that queued its work. */
+    uint64_t deepest_queue;
 } gp_sim_report;
 
 GP_API void gp_sim_get_report(gp_sim *sim, gp_sim_report *out);

@@ -239,6 +239,8 @@ static void enqueue(gp_sim *sim, gpsim_stream *s, gpsim_op op)
     op.enqueued_at = sim->now;
     s->queue[(s->queue_head + s->queue_len) % s->queue_capacity] = op;
     s->queue_len++;
+    if (s->queue_len > sim->deepest_queue)
+        sim->deepest_queue = s->queue_len;
     s->clock[s->index] = s->enq_seq;
     assert_stream(s);
 }

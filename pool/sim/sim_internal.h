@@ -295,6 +295,7 @@ struct gp_sim {
     gpsim_table events;       /* live events, keyed by their address */
 
     uint64_t now;             /* virtual time, ns */
+    size_t deepest_queue;     /* the most ops queued on one stream at once (gp_sim_report) */
 
     uint64_t calls[GPSIM_CALL_KINDS];
     uint64_t fail_countdown;  /* 0: disarmed */

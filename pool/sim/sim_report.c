@@ -37,6 +37,7 @@ GP_API void gp_sim_get_report(gp_sim *sim, gp_sim_report *out)
         out->mapped_bytes = sim->vmm->mapped_bytes;
         out->reserved_bytes = sim->vmm->reserved_bytes;
     }
+    out->deepest_queue = sim->deepest_queue;
     out->leaked_handles_at_close = sim->leaked_handles_at_close;
     out->leaked_mappings_at_close = sim->leaked_mappings_at_close;
     out->leaked_reservations_at_close = sim->leaked_reservations_at_close;

@@ -15,6 +15,10 @@ X, and frees K 1000 us later (so A's work on X runs until then); stream B asks f
     gets memory of its own (more reserved, no wait);
   - every replay with work (sim, sim-vmm, and sim-vmm with tenant_best_fit:on): kernels = the events
     that use a block, no race, no bad call, exit 0, and the text output says so;
+  - a synchronize that holds the host up (stream A's growth past the cache cap unmaps while stream B's
+    work runs 1 s on) delays the rest of the trace by that much (host_stall_ns about 1 s), and the
+    streams' work keeps pace after it (deepest_queue 3 at most; without the delay, C's 20 events
+    queued up behind a clock standing still);
   - bad values (2, -0.5, "x", "") exit 2 naming --stream-work, and --stream-work with --model too.
 
 Usage: check_replay_work.py GPUPOOL WORK_DIR. Exits 1 on any failure, 0 otherwise.
@@ -40,6 +44,28 @@ def write_two_streams(path):
         for t, action, ptr, size, stream in rows:
             f.write(f'0,{t},{action},{hex(ptr)},{size},{stream}\n')
     return len(rows)  # every event uses a block: each free is on the stream that allocated it
+
+
+def write_stall(path):
+    """Stream A's growth past the cache cap gives its unfit free memory back (unmapped after a device
+    synchronize), while stream B's work runs 1 s on: the synchronize holds the host up about 1 s. Then
+    stream C goes on with 20 events 10 us apart."""
+    rows = [
+        (0, 'allocate', 0x1000, 64 * MIB, '0x1'),   # A: 64 MiB, a pin, 32 MiB
+        (1, 'allocate', 0x1100, 2 * MIB, '0x1'),
+        (2, 'allocate', 0x1200, 32 * MIB, '0x1'),
+        (3, 'free', 0x1000, 64 * MIB, '0x1'),       # A's cache: holes of 64 and 32 MiB
+        (4, 'free', 0x1200, 32 * MIB, '0x1'),
+        (5, 'allocate', 0x2000, 8 * MIB, '0x2'),    # B: in use until B's next event, 1 s on
+        (6, 'allocate', 0x4000, 80 * MIB, '0x1'),   # A: fits no hole, past the cap
+    ]
+    rows += [(10 + 10 * i, 'allocate' if i % 2 == 0 else 'free', 0x5000, 512, '0x3') for i in range(20)]
+    rows += [(300, 'free', 0x4000, 80 * MIB, '0x1'), (301, 'free', 0x1100, 2 * MIB, '0x1'),
+             (1000005, 'free', 0x2000, 8 * MIB, '0x2')]
+    with open(path, 'w') as f:
+        f.write(HEADER)
+        for t, action, ptr, size, stream in rows:
+            f.write(f'0,{t},{action},{hex(ptr)},{size},{stream}\n')
 
 
 def replay(gpupool, trace, conf, work, failures, repeat=2):
@@ -92,8 +118,25 @@ def main(argv):
                         f'{apart["peak_reserved_bytes"]} B (expected no wait and more than '
                         f'{busy and busy["peak_reserved_bytes"]} B: B cannot use busy A\'s block)')
 
+    # A host held up by a synchronize issues the rest of the trace late, and the GPU has run meanwhile:
+    # C's work keeps pace with its events (a kernel and an event record at most), not queued up behind
+    # a clock that waits for the trace's first times
+    stall = os.path.join(work, 'stall.csv')
+    write_stall(stall)
+    held = replay(gpupool, stall, 'backend:sim-vmm', 1, failures, repeat=1)
+    if held and (held['warmup']['syncs'] < 1 or not 0.9e9 <= held['host_stall_ns'] <= 1.1e9):
+        failures.append(f'stall: {held["warmup"]["syncs"]} synchronizes, host held up {held["host_stall_ns"]} ns '
+                        '(expected about 1 s: B\'s work)')
+    if held and (held['deepest_queue'] > 3 or held['races']):
+        failures.append(f'stall: {held["deepest_queue"]} ops queued on one stream at once, {held["races"]} races '
+                        '(expected 3 at most: each stream keeps pace with its events after the stall)')
+    idle = replay(gpupool, stall, 'backend:sim-vmm', None, failures, repeat=1)
+    if idle and (idle['host_stall_ns'] != 0 or idle['deepest_queue'] > 1):
+        failures.append(f'stall without work: host held up {idle["host_stall_ns"]} ns, {idle["deepest_queue"]} '
+                        'ops queued (expected none held up, and no kernels: the pool\'s event records at most)')
+
     failures += missing_from_output([gpupool, 'replay', '--stream-work', '1', '--conf', 'backend:sim-vmm', trace],
-                                    ['stream work           1 of each gap', '6 kernels, 0 races'], 'text output')
+                                    ['stream work           1 of each gap', '6 kernels, 0 races, host held up 0.000 ms'], 'text output')
     for bad in ('2', '-0.5', 'x', ''):
         p = subprocess.run([gpupool, 'replay', '--stream-work', bad, trace], capture_output=True, text=True)
         if p.returncode != 2 or '--stream-work' not in p.stderr or p.stdout:

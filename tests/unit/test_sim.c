@@ -400,6 +400,23 @@ Test(sim_race, completed_kernel_does_not_race)
     race_teardown(&f);
 }
 
+/* deepest_queue: the most ops queued on one stream at once, kept after they complete */
+Test(sim_race, deepest_queue_counts_what_one_stream_has_queued)
+{
+    race_fixture f = race_setup();
+    cr_expect_eq(report_of(f.sim).deepest_queue, 0);
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(gp_sim_launch(f.sim, f.s, ptr(f.a), 4096, GP_SIM_USE, 0, 100), GP_OK);
+    cr_assert_eq(gp_sim_launch(f.sim, f.g, ptr(f.a) + 8192, 8, GP_SIM_USE, 0, 100), GP_OK);
+    cr_expect_eq(report_of(f.sim).deepest_queue, 3, "three kernels on s, one on g");
+    gp_sim_advance(f.sim, 150); /* the first on s is done: two left */
+    cr_assert_eq(gp_sim_launch(f.sim, f.s, ptr(f.a), 4096, GP_SIM_USE, 0, 100), GP_OK);
+    cr_expect_eq(report_of(f.sim).deepest_queue, 3, "three again, not four");
+    gp_sim_synchronize(f.sim);
+    cr_expect_eq(report_of(f.sim).deepest_queue, 3, "the most at once, after they completed too");
+    race_teardown(&f);
+}
+
 Test(sim_race, reads_do_not_race_and_disjoint_ranges_do_not_race)
 {
     race_fixture f = race_setup();
