@@ -199,12 +199,13 @@ static void replay_free(replay_state *s, gp_replay_result *r, const gp_trace_eve
 /*
  * The pass with stream work (replay.h: stream_work): the simulated clock follows the trace's, and each
  * event's block is used on its stream until that stream's next event (times the fraction).
- * The trace's times are the host's: where the pool held the host up (a device or event synchronize runs
- * the simulated GPU on until the work waited for is done, past the next event's time), the rest of the
- * trace comes that much later, as a host thread that was held up issues its next calls late; the GPU
- * has run meanwhile. Holding the trace to its first times instead would issue the events of that
- * stretch with the GPU's clock standing still: every stream's kernels queue up behind each other, and
- * each stall leaves the streams further behind their hosts for good (at 1, each kernel lasts until its
+ * The trace's times are the host's: where the pool holds the host up in an event's call (a device or
+ * event synchronize runs the simulated GPU on until the work waited for is done), the rest of the trace
+ * comes that much later, as a host thread that was held up issues its next calls late; the GPU runs
+ * meanwhile, and the event's own kernel starts when the call returns. Holding the trace to its first
+ * times instead issues the events after a stall with the GPU's clock standing still (or, measured from
+ * a later event, late by the trace's time in between): kernels queue up behind each other, and each
+ * stall leaves the streams further behind their hosts for good (at 1, each kernel lasts until its
  * stream's next event, so a backlog never drains), which is not a GPU that keeps pace.
  */
 static void run_pass_worked(const gp_trace *t, replay_state *s, gp_replay_result *r, double fraction)
@@ -213,22 +214,29 @@ static void run_pass_worked(const gp_trace *t, replay_state *s, gp_replay_result
     for (size_t i = 0; i < t->num_events; i++) {
         const gp_trace_event *ev = &t->events[i];
         uint64_t now = gp_sim_now(s->sim), due = base + s->at_ns[i];
-        if (due < now) { /* held up since the last event */
-            r->host_stall_ns += now - due;
-            base += now - due;
-        } else if (due > now) {
+        if (due > now)
             gp_sim_advance(s->sim, due - now);
-        }
+        else if (due < now) /* not after a call (those move base below): counted all the same */
+            base += now - due, r->host_stall_ns += now - due;
+        uint64_t called = gp_sim_now(s->sim);
         uint64_t work = (uint64_t)((double)s->gap_ns[i] * fraction);
         gp_stream stream = s->streams[ev->stream];
         if (ev->kind == GP_EV_ALLOC) {
-            if (replay_alloc(s, r, ev) && s->ptrs[ev->slot] != NULL)
+            bool used = replay_alloc(s, r, ev) && s->ptrs[ev->slot] != NULL;
+            uint64_t held = gp_sim_now(s->sim) - called; /* before its kernel: the block is the call's */
+            base += held;
+            r->host_stall_ns += held;
+            called += held;
+            if (used)
                 use_block(s, stream, s->ptrs[ev->slot], ev->size, work);
         } else if (ev->kind == GP_EV_FREE && s->ptrs[ev->slot] != NULL) {
             if (t->slot_stream[ev->slot] == ev->stream) /* its last use, ordered before the free */
                 use_block(s, stream, s->ptrs[ev->slot], ev->size, work);
             replay_free(s, r, ev);
         }
+        uint64_t held = gp_sim_now(s->sim) - called;
+        base += held;
+        r->host_stall_ns += held;
     }
 }
 
