@@ -214,10 +214,12 @@ static void run_pass_worked(const gp_trace *t, replay_state *s, gp_replay_result
     for (size_t i = 0; i < t->num_events; i++) {
         const gp_trace_event *ev = &t->events[i];
         uint64_t now = gp_sim_now(s->sim), due = base + s->at_ns[i];
-        if (due > now)
+        if (due > now) {
             gp_sim_advance(s->sim, due - now);
-        else if (due < now) /* not after a call (those move base below): counted all the same */
-            base += now - due, r->host_stall_ns += now - due;
+        } else if (due < now) { /* not in a call (those move base below): counted all the same */
+            base += now - due;
+            r->host_stall_ns += now - due;
+        }
         uint64_t called = gp_sim_now(s->sim);
         uint64_t work = (uint64_t)((double)s->gap_ns[i] * fraction);
         gp_stream stream = s->streams[ev->stream];
