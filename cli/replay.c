@@ -9,6 +9,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "replay.h"
 
+#include <assert.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,6 +197,16 @@ static void replay_free(replay_state *s, gp_replay_result *r, const gp_trace_eve
     s->live_rounded -= granule_round(ev->size);
 }
 
+/* What the pool's calls since `since` held the host up (the simulated clock's advance in them): added to
+ * the stall and to *base, so that the trace's later events come that much later. Returns the clock. */
+static uint64_t host_held(replay_state *s, gp_replay_result *r, uint64_t *base, uint64_t since)
+{
+    uint64_t now = gp_sim_now(s->sim);
+    *base += now - since;
+    r->host_stall_ns += now - since;
+    return now;
+}
+
 /*
  * The pass with stream work (replay.h: stream_work): the simulated clock follows the trace's, and each
  * event's block is used on its stream until that stream's next event (times the fraction).
@@ -214,21 +225,15 @@ static void run_pass_worked(const gp_trace *t, replay_state *s, gp_replay_result
     for (size_t i = 0; i < t->num_events; i++) {
         const gp_trace_event *ev = &t->events[i];
         uint64_t now = gp_sim_now(s->sim), due = base + s->at_ns[i];
-        if (due > now) {
+        assert(due >= now); /* every call's hold moved base, and the trace's times never go back */
+        if (due > now)
             gp_sim_advance(s->sim, due - now);
-        } else if (due < now) { /* not in a call (those move base below): counted all the same */
-            base += now - due;
-            r->host_stall_ns += now - due;
-        }
-        uint64_t called = gp_sim_now(s->sim);
+        uint64_t called = due;
         uint64_t work = (uint64_t)((double)s->gap_ns[i] * fraction);
         gp_stream stream = s->streams[ev->stream];
         if (ev->kind == GP_EV_ALLOC) {
             bool used = replay_alloc(s, r, ev) && s->ptrs[ev->slot] != NULL;
-            uint64_t held = gp_sim_now(s->sim) - called; /* before its kernel: the block is the call's */
-            base += held;
-            r->host_stall_ns += held;
-            called += held;
+            called = host_held(s, r, &base, called); /* before its kernel: the block is the call's */
             if (used)
                 use_block(s, stream, s->ptrs[ev->slot], ev->size, work);
         } else if (ev->kind == GP_EV_FREE && s->ptrs[ev->slot] != NULL) {
@@ -236,9 +241,7 @@ static void run_pass_worked(const gp_trace *t, replay_state *s, gp_replay_result
                 use_block(s, stream, s->ptrs[ev->slot], ev->size, work);
             replay_free(s, r, ev);
         }
-        uint64_t held = gp_sim_now(s->sim) - called;
-        base += held;
-        r->host_stall_ns += held;
+        (void)host_held(s, r, &base, called);
     }
 }
 

@@ -221,7 +221,12 @@ def pages_bf_streams(evs):
 
 
 class PageCounting(Arena):
-    """An Arena that also records which pages changed between holding a live byte and holding none."""
+    """An Arena that also records which pages changed between holding a live byte and holding none
+    (`changed`: the caller empties it before each alloc or release)."""
+
+    def __init__(self):
+        Arena.__init__(self)
+        self.changed = []
 
     def _touch(self, addr, size, d):
         for page in range(addr // PAGE, (addr + size - 1) // PAGE + 1):
@@ -244,7 +249,7 @@ def pages_bf_streams_busy(evs, times):
                 del cooling[k]
         small = size <= SMALL
         heap = heaps.setdefault((key[2], small), PageCounting())
-        heap.changed = []
+        heap.changed.clear()
         before = heap.pages
         if alloc:
             where[key] = heap.alloc(size)

@@ -58,32 +58,26 @@ def main(argv):
     if rc != 0 or f.get('pages-bf-streams-busy') != 2.0:
         failures.append(f'handoff, --stream-work 0.5: expected 2.0 busy, got {f} (rc {rc}: {err.strip()})')
 
-    # B asks only after A's next row (its work on the pages is done by then): A's pages serve it.
-    later = os.path.join(work, 'later.csv')
-    write(later, [(0, 'allocate', '0xa0', 4 * MIB, '0x1'), (10, 'free', '0xa0', 4 * MIB, '0x1'),
+    # Cases where nothing waits (busy 1.0): B asks only after A's next row (A's work on the pages is
+    # done by then); A's own stream reuses its emptied pages at once; a free on another stream than the
+    # allocating one queues no work (as gpupool replay).
+    nothing_waits = {
+        'later': [(0, 'allocate', '0xa0', 4 * MIB, '0x1'), (10, 'free', '0xa0', 4 * MIB, '0x1'),
                   (20, 'allocate', '0xa1', 512, '0x1'), (30, 'free', '0xa1', 512, '0x1'),
-                  (40, 'allocate', '0xb0', 4 * MIB, '0x2'), (50, 'free', '0xb0', 4 * MIB, '0x2')])
-    rc, f, err = figures(later)
-    if rc != 0 or f.get('pages-bf-streams-busy') != 1.0:
-        failures.append(f'later: expected 1.0 busy, got {f} (rc {rc}: {err.strip()})')
-
-    # A's own stream reuses its emptied pages at once, busy or not.
-    own = os.path.join(work, 'own.csv')
-    write(own, [(0, 'allocate', '0xa0', 4 * MIB, '0x1'), (10, 'free', '0xa0', 4 * MIB, '0x1'),
-                (20, 'allocate', '0xa1', 4 * MIB, '0x1'), (30, 'free', '0xa1', 4 * MIB, '0x1'),
-                (1000, 'allocate', '0xa2', 512, '0x1'), (1010, 'free', '0xa2', 512, '0x1')])
-    rc, f, err = figures(own)
-    if rc != 0 or f.get('pages-bf-streams-busy') != 1.0:
-        failures.append(f'own stream: expected 1.0 busy, got {f} (rc {rc}: {err.strip()})')
-
-    # A free on another stream than the allocating one queues no work (as gpupool replay): nothing waits.
-    cross = os.path.join(work, 'cross.csv')
-    write(cross, [(0, 'allocate', '0xa0', 4 * MIB, '0x1'), (10, 'free', '0xa0', 4 * MIB, '0x3'),
-                  (20, 'allocate', '0xb0', 4 * MIB, '0x2'), (30, 'free', '0xb0', 4 * MIB, '0x2'),
-                  (1000, 'allocate', '0xc0', 512, '0x3'), (1010, 'free', '0xc0', 512, '0x3')])
-    rc, f, err = figures(cross)
-    if rc != 0 or f.get('pages-bf-streams-busy') != 1.0:
-        failures.append(f'cross-stream free: expected 1.0 busy, got {f} (rc {rc}: {err.strip()})')
+                  (40, 'allocate', '0xb0', 4 * MIB, '0x2'), (50, 'free', '0xb0', 4 * MIB, '0x2')],
+        'own stream': [(0, 'allocate', '0xa0', 4 * MIB, '0x1'), (10, 'free', '0xa0', 4 * MIB, '0x1'),
+                       (20, 'allocate', '0xa1', 4 * MIB, '0x1'), (30, 'free', '0xa1', 4 * MIB, '0x1'),
+                       (1000, 'allocate', '0xa2', 512, '0x1'), (1010, 'free', '0xa2', 512, '0x1')],
+        'cross-stream free': [(0, 'allocate', '0xa0', 4 * MIB, '0x1'), (10, 'free', '0xa0', 4 * MIB, '0x3'),
+                              (20, 'allocate', '0xb0', 4 * MIB, '0x2'), (30, 'free', '0xb0', 4 * MIB, '0x2'),
+                              (1000, 'allocate', '0xc0', 512, '0x3'), (1010, 'free', '0xc0', 512, '0x3')],
+    }
+    for name, rows in nothing_waits.items():
+        path = os.path.join(work, name.replace(' ', '_') + '.csv')
+        write(path, rows)
+        rc, f, err = figures(path)
+        if rc != 0 or f.get('pages-bf-streams-busy') != 1.0:
+            failures.append(f'{name}: expected 1.0 busy, got {f} (rc {rc}: {err.strip()})')
 
     for bad in ('1.5', '-0.1'):
         rc, f, err = figures(handoff, '--stream-work', bad)
