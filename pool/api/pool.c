@@ -153,6 +153,7 @@ GP_API int gp_pool_destroy(gp_pool *pool, gp_leak_report *report)
     }
     for (unsigned i = 0; i < count; i++)
         leaks.live_bytes += p->streams.by_index[i]->allocated_bytes;
+    p->destroying = true; /* no fence is left to wait on: unmaps synchronize the device */
     not_returned += p->provider->destroy(p, &failed);
     gp_segments_free_all(p);
     uint64_t events_failed = 0;

@@ -48,6 +48,8 @@ static void snapshot(gp_pool_state *p, gp_stats *s)
     s->num_ooms = atomic_load(&p->num_ooms);
     s->num_stream_steals = atomic_load(&p->num_stream_steals);
     s->num_stream_waits = atomic_load(&p->num_stream_waits);
+    s->num_unmap_waits = atomic_load(&p->num_unmap_waits);
+    s->num_device_syncs = atomic_load(&p->num_device_syncs);
     s->num_events_created = p->events.created;
     s->streams = count;
     if (p->provider->pages) {

@@ -118,22 +118,27 @@ typedef struct gp_backend_ops {
      * device (cuMemMap + cuMemSetAccess). pre: [va, va+size) reserved and unmapped. On failure nothing
      * stays mapped. */
     int (*map)(void *ctx, gp_devptr va, size_t size, gp_phys handle);
-    /* Unmaps [va, va+size), which must be exactly one mapping made by map(). Waits for all device work
-     * first (as cudaFree does), so work still using the range completes before it disappears. */
+    /* Blocks the host until all work queued on the device, every stream's, has completed
+     * (cudaDeviceSynchronize). Before unmapping what the pool cannot tie to a stream's fence. */
+    int (*device_synchronize)(void *ctx);
+    /* Unmaps [va, va+size), which must be exactly one mapping made by map(). Does not wait for device
+     * work (cuMemUnmap does not): pre, no queued or running work uses the range any more. The pool
+     * waits first for the stream whose free memory it unmaps (its fence, provider/pages.c) or
+     * synchronizes the device; a kernel that touched the range afterwards would fault. */
     int (*unmap)(void *ctx, gp_devptr va, size_t size);
     /* Optional (NULL: the pool maps page by page). Maps n handles of `page` bytes each at va, va + page,
      * ... and makes the whole run readable and writable with one access call (cuMemMap per handle, then
      * one cuMemSetAccess over the run). pre: as map() for every page. All or nothing: on failure nothing
      * of the run stays mapped. */
     int (*map_run)(void *ctx, gp_devptr va, size_t page, const gp_phys *handles, size_t n);
-    /* Optional (NULL: page by page). Unmaps the n consecutive mappings of `page` bytes from va after one
-     * device synchronize for all of them (instead of one per page). Stops at the first failure;
-     * *done receives the mappings unmapped (the first *done), the rest stay mapped. */
+    /* Optional (NULL: page by page). Unmaps the n consecutive mappings of `page` bytes from va (pre as
+     * unmap for each). Stops at the first failure; *done receives the mappings unmapped (the first
+     * *done), the rest stay mapped. */
     int (*unmap_run)(void *ctx, gp_devptr va, size_t page, size_t n, size_t *done);
     /* Optional (NULL: one unmap_run per run of consecutive addresses). As unmap_run for n mappings of
      * `page` bytes at vas[0..n), anywhere and in any order (pages of several ranges, slots of a stitched
-     * range that are not next to each other): one device synchronize for all of them. Stops at the first
-     * failure; *done receives the mappings unmapped (the first *done), the rest stay mapped. */
+     * range that are not next to each other). Stops at the first failure; *done receives the mappings
+     * unmapped (the first *done), the rest stay mapped. */
     int (*unmap_pages)(void *ctx, const gp_devptr *vas, size_t page, size_t n, size_t *done);
 
     /* ---- copies and pinned host memory (pausing tenants with their contents) --------------------- */

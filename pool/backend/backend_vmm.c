@@ -19,11 +19,13 @@
  * cuMemAddressReserve is GP_ERR_OOM, every other failure GP_ERR_DEVICE. Driver calls do not touch the
  * runtime's per-thread last error, so there is nothing to clear after them.
  *
- * unmap() synchronises the device first: cuMemUnmap does not wait for work still queued on the range
- * (unlike cudaFree; PyTorch's expandable segments observe the same and synchronise), and a kernel that
- * touches an address after it was unmapped faults with a sticky error that ends the context. The pool
- * only unmaps memory no stream of its own uses any more, but the work that last used it may still be
- * in flight on any stream (other threads', the application's), and the pool does not know them all.
+ * unmap(), unmap_run() and unmap_pages() do not synchronize: cuMemUnmap does not wait for work still
+ * queued on the range (unlike cudaFree; PyTorch's expandable segments observe the same and synchronize
+ * the segment's stream first), and a kernel that touches an address after it was unmapped faults with
+ * a sticky error that ends the context. The pool waits first for what may still use the range
+ * (provider/pages.c: the fence of the stream whose free memory it is, which is the work stream-ordered
+ * reuse already relies on; else device_synchronize()), so that one model's unmap does not wait for
+ * every other model's queued work.
  */
 #include <stdarg.h>
 #include <stdint.h>
@@ -143,20 +145,21 @@ static void note_failed_undo(CUresult undo, gp_devptr va, size_t size)
                     size, name, why);
 }
 
-/* The device synchronize before unmapping (see the file's header); `what` names the unmap for the
- * message. Leaves the device entered on success, left on failure. */
-static int synchronize_before_unmap(const gp_vmm_ctx *ctx, int prev, const char *what, gp_devptr va, size_t size)
+/* cudaDeviceSynchronize on the pool's device: every queued kernel of every stream completes. */
+static int vmm_device_synchronize(void *opaque)
 {
+    const gp_vmm_ctx *ctx = opaque;
+    int prev = -1;
+    int rc = gp_cuda_device_enter(&ctx->cuda, "device_synchronize", &prev);
+    if (rc != GP_OK)
+        return rc;
     cudaError_t err = cudaDeviceSynchronize();
+    gp_cuda_device_leave(&ctx->cuda, prev);
     if (err == cudaSuccess)
         return GP_OK;
-    char text[GP_SIZE_TEXT_MAX];
     gp_cuda_clear_own_error(err);
-    gp_cuda_device_leave(&ctx->cuda, prev);
-    return gp_error_set(GP_ERR_DEVICE,
-                        "cudaDeviceSynchronize on device %d before %s(ptr=0x%llx, size=%zu (%s)): %s: %s",
-                        ctx->cuda.device, what, (unsigned long long)va, size, gp_format_size(size, text),
-                        cudaGetErrorName(err), cudaGetErrorString(err));
+    return gp_error_set(GP_ERR_DEVICE, "cudaDeviceSynchronize on device %d (before unmapping): %s: %s",
+                        ctx->cuda.device, cudaGetErrorName(err), cudaGetErrorString(err));
 }
 
 /* pre: size a multiple of the granularity. post: *out aligned to the granularity. */
@@ -269,17 +272,14 @@ static int vmm_map(void *opaque, gp_devptr va, size_t size, gp_phys handle)
     return rc;
 }
 
-/* pre: [va, va+size) is exactly one mapping made by vmm_map. Synchronises the device first (see the
- * file's header: cuMemUnmap does not wait for work still using the range). */
+/* pre: [va, va+size) is exactly one mapping made by vmm_map, and no queued work uses it any more (see
+ * the file's header: cuMemUnmap does not wait for it). */
 static int vmm_unmap(void *opaque, gp_devptr va, size_t size)
 {
     const gp_vmm_ctx *ctx = opaque;
     char text[GP_SIZE_TEXT_MAX];
     int prev = -1;
     int rc = gp_cuda_device_enter(&ctx->cuda, "unmap", &prev);
-    if (rc != GP_OK)
-        return rc;
-    rc = synchronize_before_unmap(ctx, prev, "cuMemUnmap", va, size);
     if (rc != GP_OK)
         return rc;
     CUresult res = ctx->driver->unmap((CUdeviceptr)va, size);
@@ -327,20 +327,16 @@ static int vmm_map_run(void *opaque, gp_devptr va, size_t page, const gp_phys *h
     return rc;
 }
 
-/* One device synchronize, then one cuMemUnmap per mapping of `page` bytes, at vas[i] (or va + i * page
- * when vas is NULL), stopping at a failure: vmm_unmap_run and vmm_unmap_pages. pre: each is one
- * mapping made by vmm_map or vmm_map_run. */
-static int unmap_after_one_sync(const gp_vmm_ctx *ctx, const gp_devptr *vas, gp_devptr va, size_t page, size_t n,
-                                size_t *done, const char *what)
+/* One cuMemUnmap per mapping of `page` bytes, at vas[i] (or va + i * page when vas is NULL), stopping
+ * at a failure: vmm_unmap_run and vmm_unmap_pages. pre: each is one mapping made by vmm_map or
+ * vmm_map_run, and no queued work uses it any more (the file's header). */
+static int unmap_each(const gp_vmm_ctx *ctx, const gp_devptr *vas, gp_devptr va, size_t page, size_t n, size_t *done,
+                      const char *what)
 {
     char text[GP_SIZE_TEXT_MAX];
     *done = 0;
     int prev = -1;
     int rc = gp_cuda_device_enter(&ctx->cuda, what, &prev);
-    if (rc != GP_OK)
-        return rc;
-    const char *unmapping = vas != NULL ? "unmapping pages, cuMemUnmap" : "unmapping a run of pages, cuMemUnmap";
-    rc = synchronize_before_unmap(ctx, prev, unmapping, vas != NULL ? vas[0] : va, n * page);
     if (rc != GP_OK)
         return rc;
     for (; *done < n; (*done)++) {
@@ -356,17 +352,17 @@ static int unmap_after_one_sync(const gp_vmm_ctx *ctx, const gp_devptr *vas, gp_
     return GP_OK;
 }
 
-/* pre: [va, va + n * page) is n mappings made by vmm_map or vmm_map_run. One device synchronize for all
- * (see the file's header), then one cuMemUnmap per mapping, stopping at a failure. */
+/* pre: [va, va + n * page) is n mappings made by vmm_map or vmm_map_run that no queued work uses. One
+ * cuMemUnmap per mapping, stopping at a failure. */
 static int vmm_unmap_run(void *opaque, gp_devptr va, size_t page, size_t n, size_t *done)
 {
-    return unmap_after_one_sync(opaque, NULL, va, page, n, done, "unmap_run");
+    return unmap_each(opaque, NULL, va, page, n, done, "unmap_run");
 }
 
 /* pre: n >= 1 mappings made by vmm_map or vmm_map_run at vas[0..n), anywhere. As vmm_unmap_run. */
 static int vmm_unmap_pages(void *opaque, const gp_devptr *vas, size_t page, size_t n, size_t *done)
 {
-    return unmap_after_one_sync(opaque, vas, 0, page, n, done, "unmap_pages");
+    return unmap_each(opaque, vas, 0, page, n, done, "unmap_pages");
 }
 
 const gp_backend_ops gp_backend_vmm = {
@@ -390,6 +386,7 @@ const gp_backend_ops gp_backend_vmm = {
     .phys_create = vmm_phys_create,
     .phys_release = vmm_phys_release,
     .map = vmm_map,
+    .device_synchronize = vmm_device_synchronize,
     .unmap = vmm_unmap,
     .map_run = vmm_map_run,
     .unmap_run = vmm_unmap_run,

@@ -425,8 +425,11 @@ static CUresult cu_mem_unmap(CUdeviceptr ptr, size_t size)
     if (device >= 0 && res == CUDA_SUCCESS && gpemu_in_flight(gpemu_mapping_at(ptr)->device, ptr, size)) {
         gpemu_violation_locked(GPEMU_RULE_UNMAP_IN_FLIGHT, "cuMemUnmap(0x%llx, %zu) while a kernel still uses the range", ptr,
                                size);
-        /* CUDA unmaps anyway; the kernel then faults: the context ends */
-        gpemu_make_sticky(gpemu_mapping_at(ptr)->device, cudaErrorIllegalAddress);
+        /* CUDA unmaps anyway; the kernel then faults: the context ends. The simulated device (whose unmap
+         * refuses a range in use) runs its queued work out first: after the fault nothing else counts. */
+        int dev = gpemu_mapping_at(ptr)->device;
+        gpemu_make_sticky(dev, cudaErrorIllegalAddress);
+        (void)sim_ops()->device_synchronize(g_emu.devices[dev].ctx);
     }
     for (at = ptr; device >= 0 && res == CUDA_SUCCESS && at < ptr + size;) {
         size_t index = 0;

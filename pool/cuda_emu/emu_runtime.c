@@ -358,16 +358,8 @@ const char *cudaGetErrorString(cudaError_t error)
 bool gpemu_in_flight(int device, uintptr_t va, size_t size)
 {
     gp_sim *sim = g_emu.devices[device].sim;
-    bool busy = false;
     pthread_mutex_lock(&sim->lock);
-    for (size_t i = 0; i < sim->stream_count && !busy; i++) {
-        const gpsim_stream *s = sim->streams[i];
-        for (size_t k = 0; k < s->queue_len && !busy; k++) {
-            const gpsim_op *op = &s->queue[(s->queue_head + k) % s->queue_capacity];
-            if (op->kind == GPSIM_OP_KERNEL && op->len > 0 && op->addr < va + size && va < op->addr + op->len)
-                busy = true;
-        }
-    }
+    bool busy = gpsim_range_in_flight(sim, va, size);
     pthread_mutex_unlock(&sim->lock);
     return busy;
 }

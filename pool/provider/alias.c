@@ -384,8 +384,8 @@ gp_block *gp_alias_take(gp_pool_state *p, gp_stream_state *st, size_t rsize, siz
 }
 
 /* Unmaps the SHADOW pages of stitched range r in `runs` runs, run k the len[k] pages from page index
- * first[k] (owner locked; runs that do not overlap, each within one SHADOW block), after one device
- * synchronize for all of them (gp_pages_unmap_list): they become UNMAPPED and their homes lose an
+ * first[k] (owner locked; runs that do not overlap, each within one SHADOW block), after one wait for
+ * the owner's queued uses of them (gp_pages_unmap_list): they become UNMAPPED and their homes lose an
  * alias. A foreign home is not parked with r's owner (the caller makes it FREE first: a parked page
  * must not lose its last way back). Returns GP_OK, or the failure: the pages unmapped before it are
  * dropped, the rest stay as they were. */
@@ -407,7 +407,11 @@ static int drop_slot_runs(gp_pool_state *p, gp_segment *r, const size_t *first, 
         for (size_t k = 0, at = 0; k < runs; k++)
             for (size_t j = first[k]; j < first[k] + len[k]; j++)
                 vas[at++] = r->addr + j * p->page;
-        rc = gp_pages_unmap_list(p, vas, total, &done); /* after one device synchronize */
+        /* A SHADOW slot's memory is in use at its home, and no work of r's uses it here: the slot became
+         * SHADOW when r's owner freed the block there (other streams' uses were over by then, their
+         * events: api/free.c) or was never used at r. So the owner's fence at its latest free stamp
+         * covers every use of these addresses, and no other stream's work need be waited for. */
+        rc = gp_pages_unmap_list(p, owner, owner->free_seq, vas, total, &done);
     }
     atomic_fetch_add(&p->num_unmaps, done);
     for (size_t k = 0; k < runs && done > 0; k++) {
@@ -1065,7 +1069,7 @@ static int own_page(gp_pool_state *p, gp_segment *r, size_t j)
     gp_block *b = block_at(h->seg, va);
     assert(b->state == GP_BLOCK_SHADOW && b->addr == va && b->size == p->page);
     size_t done = 0;
-    int rc = gp_pages_unmap_run(p, va, 1, &done);
+    int rc = gp_pages_unmap_run(p, NULL, 0, va, 1, &done); /* the home's past uses: any stream's */
     atomic_fetch_add(&p->num_unmaps, done);
     if (done == 0)
         return rc;

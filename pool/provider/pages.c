@@ -2,9 +2,18 @@
  * pages.c — the vmm provider's physical pages and the block surgery that maps and unmaps them: the
  * page pool (handles mapped nowhere, kept for reuse), mapping pages at the front of an UNMAPPED block
  * and unmapping whole pages out of a FREE one. Pages are mapped in runs with one access call per run
- * and unmapped in runs after one device synchronize per run (the backend's map_run / unmap_run); a
- * call that fails stops with the pages done so far in place, and nothing is lost. Pool lock held; a range's blocks change under its
- * owner's stream lock.
+ * and unmapped in runs (the backend's map_run / unmap_run); a call that fails stops with the pages
+ * done so far in place, and nothing is lost.
+ *
+ * Before unmapping: cuMemUnmap does not wait for queued work (backend.h), so the pool waits first for
+ * what may still use the pages (gp_pages_quiesce). Free memory of a stream's heap is used by no other
+ * stream's work any more (stream-ordered reuse hands it to another stream only once its events say
+ * so), so the stream's own fence at the memory's free stamp is all there is to wait for: one model's
+ * unmap does not wait for the other models' queued work, as a device synchronize did. Where the pool
+ * cannot name one stream (destroy, pause and the undoing of a failed resume, where live blocks of any
+ * stream may lie in the pages; a stitched range taking over a page whose home any stream may have
+ * used, alias.c: own_page), or has no event to wait on, it synchronizes the device.
+ * Pool lock held; a range's blocks change under its owner's stream lock.
  */
 #include <assert.h>
 #include <stdlib.h>
@@ -12,6 +21,7 @@
 #include "base/error.h"
 #include "provider/pages.h"
 #include "provider/pool_ledger.h"
+#include "provider/provider.h"
 
 /* ---- the page pool ---------------------------------------------------------------------------- */
 
@@ -162,7 +172,16 @@ int gp_pages_map_run(gp_pool_state *p, uintptr_t va, const gp_phys *handles, siz
     return GP_OK;
 }
 
-int gp_pages_unmap_run(gp_pool_state *p, uintptr_t va, size_t n, size_t *done)
+int gp_pages_quiesce(gp_pool_state *p, gp_stream_state *user, uint64_t seq)
+{
+    if (user != NULL && seq <= user->free_seq && !p->destroying)
+        return gp_stream_wait_upto(p, user, seq);
+    atomic_fetch_add(&p->num_device_syncs, 1);
+    return p->ops->device_synchronize(p->ctx);
+}
+
+/* The n mappings from va unmapped with no wait (pre: gp_pages_quiesce ran for them). */
+static int unmap_run_quiesced(gp_pool_state *p, uintptr_t va, size_t n, size_t *done)
 {
     *done = 0;
     if (p->ops->unmap_run != NULL)
@@ -175,16 +194,27 @@ int gp_pages_unmap_run(gp_pool_state *p, uintptr_t va, size_t n, size_t *done)
     return GP_OK;
 }
 
-int gp_pages_unmap_list(gp_pool_state *p, const uintptr_t *vas, size_t n, size_t *done)
+int gp_pages_unmap_run(gp_pool_state *p, gp_stream_state *user, uint64_t seq, uintptr_t va, size_t n, size_t *done)
 {
     *done = 0;
+    int rc = gp_pages_quiesce(p, user, seq);
+    return rc != GP_OK ? rc : unmap_run_quiesced(p, va, n, done);
+}
+
+int gp_pages_unmap_list(gp_pool_state *p, gp_stream_state *user, uint64_t seq, const uintptr_t *vas, size_t n,
+                        size_t *done)
+{
+    *done = 0;
+    int rc = gp_pages_quiesce(p, user, seq);
+    if (rc != GP_OK)
+        return rc;
     if (p->ops->unmap_pages != NULL)
         return p->ops->unmap_pages(p->ctx, vas, p->page, n, done);
     while (*done < n) {
         size_t run = 1, unmapped = 0;
         while (*done + run < n && vas[*done + run] == vas[*done] + run * p->page)
             run++;
-        int rc = gp_pages_unmap_run(p, vas[*done], run, &unmapped);
+        rc = unmap_run_quiesced(p, vas[*done], run, &unmapped);
         *done += unmapped;
         if (rc != GP_OK)
             return rc;
@@ -266,7 +296,10 @@ size_t gp_pages_unmap(gp_pool_state *p, gp_stream_state *owner, gp_segment *seg,
     gp_heap *heap = gp_heap_of(owner, seg->small);
     gp_heap_remove(heap, b); /* off the lists: nobody can allocate it while it is cut */
     size_t done = 0;
-    *rc = gp_pages_unmap_run(p, first, n, &done); /* one synchronize for the run */
+    /* A FREE block of owner's heap: other streams' uses of it were over before it became FREE (their
+     * events, api/free.c), and owner's are covered by its fence at b's stamp, so waiting for that
+     * fence is enough, and often nothing is left to wait for (provider.h: fences). */
+    *rc = gp_pages_unmap_run(p, owner, b->free_seq, first, n, &done);
     atomic_fetch_add(&p->num_unmaps, done);
     for (size_t i = 0; i < done; i++) {
         uintptr_t va = first + i * p->page;

@@ -33,14 +33,20 @@ int gp_page_release(gp_pool_state *p, gp_phys handle);
  * all or nothing) or, without it, page by page (stopping at the first failure). *mapped receives the
  * pages mapped, which are always the first ones. Counts nothing: the caller accounts for the pages. */
 int gp_pages_map_run(gp_pool_state *p, uintptr_t va, const gp_phys *handles, size_t n, size_t *mapped);
-/* Unmaps the n mappings of one page each from va: with the backend's unmap_run (one device synchronize
- * for all) or page by page. *done receives the pages unmapped, always the first ones; a failure stops
- * there (the rest stay mapped). Counts nothing: the caller accounts for the pages. */
-int gp_pages_unmap_run(gp_pool_state *p, uintptr_t va, size_t n, size_t *done);
-/* Unmaps the n mappings of one page each at vas[0..n), anywhere: with the backend's unmap_pages (one
- * device synchronize for all) or else one gp_pages_unmap_run per run of consecutive addresses. As
+/* Waits until no device work may use memory that `user` freed up to its free stamp `seq` (its fence:
+ * gp_stream_wait_upto; often there is nothing left to wait for), or with user NULL (or a stamp the
+ * stream has not reached) until the device is idle (device_synchronize). user locked. GP_OK, or the
+ * backend's error (then nothing may be unmapped). */
+int gp_pages_quiesce(gp_pool_state *p, gp_stream_state *user, uint64_t seq);
+/* Unmaps the n mappings of one page each from va, after gp_pages_quiesce(user, seq): with the
+ * backend's unmap_run or page by page. *done receives the pages unmapped, always the first ones; a
+ * failure stops there (the rest stay mapped). Counts nothing: the caller accounts for the pages. */
+int gp_pages_unmap_run(gp_pool_state *p, gp_stream_state *user, uint64_t seq, uintptr_t va, size_t n, size_t *done);
+/* Unmaps the n mappings of one page each at vas[0..n), anywhere, after one gp_pages_quiesce(user,
+ * seq): with the backend's unmap_pages or else one run per run of consecutive addresses. As
  * gp_pages_unmap_run: *done receives the pages unmapped, always the first ones. */
-int gp_pages_unmap_list(gp_pool_state *p, const uintptr_t *vas, size_t n, size_t *done);
+int gp_pages_unmap_list(gp_pool_state *p, gp_stream_state *user, uint64_t seq, const uintptr_t *vas, size_t n,
+                        size_t *done);
 
 /* Splits b at `offset` into b and a new block `right` (given, so that this cannot fail) of the same
  * state, linked after it; returns right. Neither is put on a list. */

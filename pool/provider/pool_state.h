@@ -91,6 +91,7 @@ typedef struct gp_pool_state {
     atomic_size_t reserved, reserved_peak;
     atomic_uint_fast64_t num_device_allocs, num_device_frees, num_alloc_retries, num_ooms;
     atomic_uint_fast64_t num_stream_steals, num_stream_waits;
+    atomic_uint_fast64_t num_unmap_waits, num_device_syncs; /* before unmapping: provider/pages.c */
     /* What reserved memory was made of at the last raise of reserved_peak, with peak_composition:on
      * (api/peak.c; pool lock). */
     gp_peak_composition peak_composition;
@@ -111,6 +112,9 @@ typedef struct gp_pool_state {
      * 2026-12-02 evening: two of 22 traces worse there, none better). */
     bool quick_aging;
     atomic_bool graph_window;
+    /* Set by gp_pool_destroy once the streams' fences are given back (pool lock and every stream lock
+     * held): unmapping then synchronizes the device instead of waiting on a fence (provider/pages.c). */
+    bool destroying;
 } gp_pool_state;
 
 struct gp_pool {

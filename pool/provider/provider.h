@@ -97,6 +97,15 @@ gp_block *gp_provider_take(gp_pool_state *p, gp_stream_state *st, gp_segment *se
  */
 bool gp_stream_done_upto(gp_pool_state *p, gp_stream_state *st, uint64_t seq);
 
+/*
+ * Blocks the host until the uses of st's blocks stamped up to `seq` are over (pre: seq <=
+ * st->free_seq): at once when gp_stream_done_upto says so, else by synchronizing st's fence in flight
+ * when it covers seq, or one recorded now (the wait then lasts st's queued work, no other stream's).
+ * Without an event to be had, or while a graph is captured, a device synchronize instead. Counts
+ * num_unmap_waits. GP_OK or the backend's error. st locked. (provider/segment.c)
+ */
+int gp_stream_wait_upto(gp_pool_state *p, gp_stream_state *st, uint64_t seq);
+
 /* done_seq after polling st's fence: the blocks st freed stamped up to it are idle on the device. */
 uint64_t gp_stream_done(gp_pool_state *p, gp_stream_state *st);
 

@@ -69,6 +69,25 @@ bool gp_stream_done_upto(gp_pool_state *p, gp_stream_state *st, uint64_t seq)
     return seq <= st->done_seq || seq <= fence_poll(p, st);
 }
 
+int gp_stream_wait_upto(gp_pool_state *p, gp_stream_state *st, uint64_t seq)
+{
+    assert(seq <= st->free_seq);
+    if (gp_stream_done_upto(p, st, seq))
+        return GP_OK;
+    if (fence_event(p, st) == NULL || ((!st->fence_recorded || st->fence_seq < seq) && !fence_record(p, st))) {
+        atomic_fetch_add(&p->num_device_syncs, 1);
+        return p->ops->device_synchronize(p->ctx);
+    }
+    int rc = p->ops->event_synchronize(p->ctx, st->fence);
+    if (rc != GP_OK)
+        return rc;
+    atomic_fetch_add(&p->num_unmap_waits, 1);
+    st->done_seq = st->fence_seq;
+    st->fence_recorded = false;
+    assert(seq <= st->done_seq);
+    return GP_OK;
+}
+
 /* Whether taker's stream can be made to wait for the uses of owner's blocks stamped `seq` (owner
  * locked), and with `commit` the wait: on the fence in flight when it covers seq, else on one
  * recorded now (which replaces it: done_seq moves when the new one completes). */

@@ -828,7 +828,7 @@ static size_t destroy_range(gp_pool_state *p, gp_segment *seg, int *failed)
         }
         while (n > 0) {
             size_t done = 0;
-            int rc = gp_pages_unmap_run(p, run, n, &done);
+            int rc = gp_pages_unmap_run(p, NULL, 0, run, n, &done); /* destroy: the device is synchronized */
             for (size_t i = 0; i < done; i++) {
                 size_t at = gp_page_index(p, seg, run) + i;
                 if (seg->stitched && seg->homes[at].seg != NULL)
@@ -1019,7 +1019,7 @@ int gp_vmm_unmap_resumed(gp_pool_state *p, gp_held_page *mapped, size_t n, size_
                mapped[*undone + run].index == first->index + run)
             run++;
         size_t done = 0;
-        int rc = gp_pages_unmap_run(p, first->seg->addr + first->index * p->page, run, &done);
+        int rc = gp_pages_unmap_run(p, NULL, 0, first->seg->addr + first->index * p->page, run, &done);
         atomic_fetch_add(&p->num_unmaps, done);
         for (size_t k = 0; k < done; k++) {
             gp_held_page *h = &mapped[*undone + k];
@@ -1049,7 +1049,7 @@ int gp_vmm_pause_range(gp_pool_state *p, gp_segment *seg, gp_held_page *held, si
         while (i + n < pages && seg->pages[i + n] != GP_PHYS_NONE && page_in_use(seg, va + n * p->page))
             n++;
         size_t done = 0;
-        int rc = gp_pages_unmap_run(p, va, n, &done);
+        int rc = gp_pages_unmap_run(p, NULL, 0, va, n, &done);
         atomic_fetch_add(&p->num_unmaps, done);
         for (size_t k = 0; k < done; k++, i++)
             held[(*nheld)++] = (gp_held_page){seg, i, unmapped_page(p, seg, i)}; /* the ledger: at commit */

@@ -18,8 +18,9 @@
  * nothing else. Preconditions the pool breaks (bad sizes, frees of unknown addresses, unknown events,
  * kernels on unallocated memory) are bad calls: counted, the first kept as the first violation. The
  * virtual memory operations check theirs the same way: a release of something not reserved/created,
- * a map outside a reservation or over a mapping, an unmap that is not exactly one mapping, a release of
- * a handle still mapped or of a reservation with mappings in it.
+ * a map outside a reservation or over a mapping, an unmap that is not exactly one mapping or that a
+ * queued kernel still uses (cuMemUnmap does not wait: the pool must), a release of a handle still
+ * mapped or of a reservation with mappings in it.
  *
  * One mutex guards the whole sim; every function here may be called from any thread.
  */
@@ -505,17 +506,36 @@ static int sim_map_run(void *ctx, gp_devptr va, size_t page, const gp_phys *hand
     return rc;
 }
 
-/* Counts an unmap (and its fault) and checks that [va, va+size) is exactly one mapping. Sim locked. */
+/* Counts an unmap (and its fault) and checks that [va, va+size) is exactly one mapping and that no
+ * kernel still queued uses it: cuMemUnmap does not wait for such work (backend.h), and a kernel that
+ * then touches the address faults, so an unmap under one is a bad call (the pool must have waited for
+ * the streams that used the range, or synchronized the device). Nothing is unmapped then. Sim locked. */
 static int unmap_check(gp_sim *sim, gp_devptr va, size_t size)
 {
     int rc = begin_call(sim, GP_SIM_CALL_UNMAP, "unmap");
     if (rc == GP_OK && !gpsim_vmm_is_mapping(sim->vmm, va, size))
         rc = bad_call(sim, "bad unmap: unmap(0x%" PRIxPTR ", %zu) is not exactly one mapping of this device", va,
                       size);
+    if (rc == GP_OK && gpsim_range_in_flight(sim, va, size))
+        rc = bad_call(sim, "unmap under work in flight: unmap(0x%" PRIxPTR ", %zu) while a queued kernel still "
+                           "uses the range (cuMemUnmap does not wait for it)",
+                      va, size);
     return rc;
 }
 
-/* unmap: the device synchronize (a DEVICE_SYNC call) and cuMemUnmap. */
+/* device_synchronize: one DEVICE_SYNC call; all queued work completes. */
+static int sim_device_synchronize(void *ctx)
+{
+    gp_sim *sim = ctx;
+    lock(sim);
+    int rc = begin_call(sim, GP_SIM_CALL_DEVICE_SYNC, "device_synchronize");
+    if (rc == GP_OK)
+        gpsim_run_all(sim);
+    unlock(sim);
+    return rc;
+}
+
+/* unmap: cuMemUnmap of one mapping (no synchronize: backend.h). */
 static int sim_unmap(void *ctx, gp_devptr va, size_t size)
 {
     gp_sim *sim = ctx;
@@ -523,27 +543,19 @@ static int sim_unmap(void *ctx, gp_devptr va, size_t size)
     assert(sim->vmm != NULL);
     int rc = unmap_check(sim, va, size);
     if (rc == GP_OK)
-        rc = begin_call(sim, GP_SIM_CALL_DEVICE_SYNC, "device_synchronize");
-    if (rc == GP_OK) {
-        gpsim_run_all(sim); /* as the vmm backend: all device work that may use it finishes first */
         gpsim_vmm_unmap(sim->vmm, va, size);
-    }
     unlock(sim);
     return rc;
 }
 
-/* One DEVICE_SYNC, then one UNMAP call per mapping, at vas[i] (or va + i * page when vas is NULL),
- * stopping at a failure: unmap_run and unmap_pages. Sim locked. */
-static int unmap_after_one_sync(gp_sim *sim, const gp_devptr *vas, gp_devptr va, size_t page, size_t n,
-                                size_t *done, const char *what)
+/* One UNMAP call per mapping, at vas[i] (or va + i * page when vas is NULL), stopping at a failure:
+ * unmap_run and unmap_pages. Sim locked. */
+static int unmap_each(gp_sim *sim, const gp_devptr *vas, gp_devptr va, size_t page, size_t n, size_t *done,
+                      const char *what)
 {
     *done = 0;
     int rc = n == 0 ? bad_call(sim, "%s(0x%" PRIxPTR ", %zu): no mappings", what, vas ? (gp_devptr)0 : va, page)
                     : GP_OK;
-    if (rc == GP_OK)
-        rc = begin_call(sim, GP_SIM_CALL_DEVICE_SYNC, "device_synchronize");
-    if (rc == GP_OK)
-        gpsim_run_all(sim);
     for (; rc == GP_OK && *done < n; (*done)++) {
         gp_devptr at = vas != NULL ? vas[*done] : va + *done * page;
         if ((rc = unmap_check(sim, at, page)) != GP_OK)
@@ -553,13 +565,13 @@ static int unmap_after_one_sync(gp_sim *sim, const gp_devptr *vas, gp_devptr va,
     return rc;
 }
 
-/* unmap_run: one DEVICE_SYNC for the run, then one UNMAP call per mapping, stopping at a failure. */
+/* unmap_run: one UNMAP call per mapping, stopping at a failure. */
 static int sim_unmap_run(void *ctx, gp_devptr va, size_t page, size_t n, size_t *done)
 {
     gp_sim *sim = ctx;
     lock(sim);
     assert(sim->vmm != NULL);
-    int rc = unmap_after_one_sync(sim, NULL, va, page, n, done, "unmap_run");
+    int rc = unmap_each(sim, NULL, va, page, n, done, "unmap_run");
     unlock(sim);
     return rc;
 }
@@ -570,7 +582,7 @@ static int sim_unmap_pages(void *ctx, const gp_devptr *vas, size_t page, size_t 
     gp_sim *sim = ctx;
     lock(sim);
     assert(sim->vmm != NULL);
-    int rc = unmap_after_one_sync(sim, vas, 0, page, n, done, "unmap_pages");
+    int rc = unmap_each(sim, vas, 0, page, n, done, "unmap_pages");
     unlock(sim);
     return rc;
 }
@@ -682,6 +694,7 @@ const gp_backend_ops gp_backend_sim_vmm = {
     .phys_create = sim_phys_create,
     .phys_release = sim_phys_release,
     .map = sim_map,
+    .device_synchronize = sim_device_synchronize,
     .unmap = sim_unmap,
     .map_run = sim_map_run,
     .unmap_run = sim_unmap_run,

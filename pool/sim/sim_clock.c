@@ -374,6 +374,19 @@ void gpsim_run_stream(gp_sim *sim, gpsim_stream *stream)
     settle(sim);
 }
 
+bool gpsim_range_in_flight(const gp_sim *sim, gp_devptr va, size_t size)
+{
+    for (size_t i = 0; i < sim->stream_count; i++) {
+        const gpsim_stream *s = sim->streams[i];
+        for (size_t k = 0; k < s->queue_len; k++) {
+            const gpsim_op *op = &s->queue[(s->queue_head + k) % s->queue_capacity];
+            if (op->kind == GPSIM_OP_KERNEL && op->len > 0 && op->addr < va + size && va < op->addr + op->len)
+                return true;
+        }
+    }
+    return false;
+}
+
 /* ---- kernels and the race checker ------------------------------------------------------------- */
 
 static bool is_write(int kernel_op)

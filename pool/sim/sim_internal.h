@@ -260,6 +260,9 @@ int gpsim_launch(gp_sim *sim, gpsim_stream *stream, gp_devptr addr, size_t len, 
 void gpsim_run_until(gp_sim *sim, uint64_t time);
 void gpsim_run_all(gp_sim *sim);
 void gpsim_run_stream(gp_sim *sim, gpsim_stream *stream);
+/* Whether a kernel not yet completed, on any stream, uses an address of [va, va+size) (as the kernel
+ * was launched: its virtual addresses). Sim locked. */
+bool gpsim_range_in_flight(const gp_sim *sim, gp_devptr va, size_t size);
 
 /* Events. gpsim_event_find returns NULL for a handle that is not a live event of this sim. */
 int gpsim_event_new(gp_sim *sim, gpsim_event **out);

@@ -343,8 +343,8 @@ static void a_range_with_a_third_in_use(void **pa, void **pb, void **z)
 
 /* a's peak again: the stitched range's homes in use (z's) are a run of slots that must be mapped to
  * other free pages (b's idle hole, lent): a repair (alias.c). The run is replaced as one: its unmaps
- * after one device synchronize, its maps with one access call, no new memory. */
-Test(loans, a_repair_replaces_a_run_of_slots_after_one_synchronize_with_one_access_call)
+ * after one wait for a's fence (no device synchronize), its maps with one access call, no new memory. */
+Test(loans, a_repair_replaces_a_run_of_slots_after_one_wait_with_one_access_call)
 {
     open_pool(LOANS_CONFIG ",loans:on");
     void *pa[3], *pb[1], *z;
@@ -357,7 +357,9 @@ Test(loans, a_repair_replaces_a_run_of_slots_after_one_synchronize_with_one_acce
     size_t run = H / (2 * MIB);
     cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_UNMAP) - unmaps, run, "the slots of z's pages unmapped");
     cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_MAP) - maps, run, "b's free pages mapped there instead");
-    cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_DEVICE_SYNC) - syncs, 1, "one synchronize for the run's unmaps");
+    gp_stats after = stats_now();
+    cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_DEVICE_SYNC) - syncs, 0, "no device synchronize: a's fence");
+    cr_expect_leq(after.num_unmap_waits - before.num_unmap_waits, 1, "one wait at most for the run's unmaps");
     cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_SET_ACCESS) - access, 1, "one access call for the run's maps");
     cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_PHYS_CREATE), creates, "no new memory");
     cr_expect_eq(stats_now().reserved_bytes, before.reserved_bytes);
@@ -372,12 +374,12 @@ Test(loans, a_repair_replaces_a_run_of_slots_after_one_synchronize_with_one_acce
     gp_sim_synchronize(sim);
 }
 
-/* The same repair with each of its device calls failing in turn (the synchronize, an unmap, a map, the
- * access call): the request is served some other way or refused, nothing live is touched, and the
+/* The same repair with each of its device calls failing in turn (the wait for a's fence, an unmap, a
+ * map, the access call): the request is served some other way or refused, nothing live is touched, and the
  * pool stays consistent and leaks nothing (teardown). */
 Test(loans, a_repair_whose_device_call_fails_loses_nothing)
 {
-    static const unsigned kinds[] = {GP_SIM_CALL_DEVICE_SYNC, GP_SIM_CALL_UNMAP, GP_SIM_CALL_MAP,
+    static const unsigned kinds[] = {GP_SIM_CALL_EVENT_SYNC, GP_SIM_CALL_UNMAP, GP_SIM_CALL_MAP,
                                      GP_SIM_CALL_SET_ACCESS};
     static const uint64_t nth[] = {1, 7, 7, 1};
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
@@ -386,7 +388,9 @@ Test(loans, a_repair_whose_device_call_fails_loses_nothing)
         a_range_with_a_third_in_use(pa, pb, &z);
         gp_sim_fail_call(sim, nth[k], kinds[k], GP_ERR_DEVICE);
         void *x = NULL;
+        uint64_t injected = gp_sim_faults_injected(sim);
         int rc = gp_alloc(pool, &x, 3 * H, a);
+        cr_expect_eq(gp_sim_faults_injected(sim), injected + 1, "call kind %u failed once", kinds[k]);
         gp_sim_fail_call(sim, 0, kinds[k], GP_OK);
         cr_assert_eq(gp_check(pool), GP_OK, "call kind %u: %s", kinds[k], gp_last_error());
         if (rc == GP_OK) {
@@ -414,9 +418,10 @@ Test(loans, a_repair_whose_device_call_fails_loses_nothing)
 }
 
 /* Trim with a's stitched range idle over its three free holes: the range's slots of each hole are
- * unmapped after one device synchronize (gp_alias_unshare), and the hole after another, rather than a
- * synchronize per slot; everything free goes back, the live blocks keep their contents. */
-Test(loans, trim_unmaps_the_slots_of_a_run_of_free_pages_after_one_synchronize)
+ * unmapped (gp_alias_unshare), and the hole after them, with no device synchronize and, the streams
+ * being idle, no wait at all (their fences say so); everything free goes back, the live blocks keep
+ * their contents. */
+Test(loans, trim_unmaps_the_slots_of_idle_free_pages_without_waiting)
 {
     open_pool(LOANS_CONFIG ",loans:on");
     void *pa[3], *pb[1], *z;
@@ -426,13 +431,15 @@ Test(loans, trim_unmaps_the_slots_of_a_run_of_free_pages_after_one_synchronize)
     cr_assert_eq(gp_free(pool, z, a), GP_OK);
     gp_sim_synchronize(sim);
     uint64_t syncs = gp_sim_calls(sim, GP_SIM_CALL_DEVICE_SYNC), unmaps = gp_sim_calls(sim, GP_SIM_CALL_UNMAP);
+    gp_stats before = stats_now();
     size_t released = 0;
     cr_assert_eq(gp_trim(pool, 0, &released), GP_OK, "%s", gp_last_error());
     size_t pages = H / (2 * MIB);
     cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_UNMAP) - unmaps, 7 * pages,
                  "a's three holes at their slots and at home, b's hole");
-    cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_DEVICE_SYNC) - syncs, 7,
-                 "one synchronize for each hole's slots, one for each hole");
+    gp_stats after = stats_now();
+    cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_DEVICE_SYNC) - syncs, 0, "no device synchronize: the streams' fences");
+    cr_expect_eq(after.num_unmap_waits - before.num_unmap_waits, 0, "the streams are idle: nothing to wait for");
     cr_expect_eq(released, 4 * H);
     cr_expect_eq(stats_now().reserved_bytes, 4 * H, "the four live blocks");
     check_pattern(a, pa[0], H, 401);

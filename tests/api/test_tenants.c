@@ -370,8 +370,9 @@ Test(tenants, pause_failing_on_a_later_range_leaves_no_range_paused)
     cr_assert_eq(gp_alloc(pool, &p, 9 * MIB, s), GP_OK);
     cr_assert_eq(gp_free(pool, small, s), GP_OK);
     gp_sim_synchronize(sim);
-    /* the pause trims the small range's free page first (one synchronize), then fails on the large one */
-    pause_m_rolls_back(2, GP_SIM_CALL_DEVICE_SYNC, 0);
+    /* the pause trims the small range's free page first (after m's fence: no device synchronize), then
+     * fails on the large one's synchronize */
+    pause_m_rolls_back(1, GP_SIM_CALL_DEVICE_SYNC, 0);
     free_and_trim_to_nothing(p, s);
 }
 

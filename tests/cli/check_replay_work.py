@@ -15,10 +15,14 @@ X, and frees K 1000 us later (so A's work on X runs until then); stream B asks f
     gets memory of its own (more reserved, no wait);
   - every replay with work (sim, sim-vmm, and sim-vmm with tenant_best_fit:on): kernels = the events
     that use a block, no race, no bad call, exit 0, and the text output says so;
-  - a synchronize that holds the host up (stream A's growth past the cache cap unmaps while stream B's
-    work runs 1 s on) delays the rest of the trace by that much (host_stall_ns about 1 s), and the
-    streams' work keeps pace after it (deepest_queue 3 at most; without the delay, C's 20 events
-    queued up behind a clock standing still);
+  - a device call that holds the host up (on sim, stream A's growth past the cache cap frees its cached
+    segments, and cudaFree waits for the device while stream B's work runs 1 s on) delays the rest of
+    the trace by that much (host_stall_ns about 1 s), and the streams' work keeps pace after it
+    (deepest_queue 3 at most; without the delay, C's 20 events queued up behind a clock standing
+    still);
+  - on sim-vmm the same growth unmaps A's free pages after waiting for A's own work only (its fence),
+    not for B's: no device synchronize, the host held up far less than B's 1 s, and no unmap under a
+    kernel that still uses the range (the sim refuses one as a bad call);
   - bad values (2, -0.5, "x", "") exit 2 naming --stream-work, and --stream-work with --model too.
 
 Usage: check_replay_work.py GPUPOOL WORK_DIR. Exits 1 on any failure, 0 otherwise.
@@ -47,9 +51,9 @@ def write_two_streams(path):
 
 
 def write_stall(path):
-    """Stream A's growth past the cache cap gives its unfit free memory back (unmapped after a device
-    synchronize), while stream B's work runs 1 s on: the synchronize holds the host up about 1 s. Then
-    stream C goes on with 20 events 10 us apart."""
+    """Stream A's growth past the cache cap gives its unfit free memory back while stream B's work runs
+    1 s on: cudaFree (sim) waits for the device, so for B's work, about 1 s; unmapping (sim-vmm) waits
+    for A's own work only. Then stream C goes on with 20 events 10 us apart."""
     rows = [
         (0, 'allocate', 0x1000, 64 * MIB, '0x1'),   # A: 64 MiB, a pin, 32 MiB
         (1, 'allocate', 0x1100, 2 * MIB, '0x1'),
@@ -123,17 +127,27 @@ def main(argv):
     # a clock that waits for the trace's first times
     stall = os.path.join(work, 'stall.csv')
     write_stall(stall)
-    held = replay(gpupool, stall, 'backend:sim-vmm', 1, failures, repeat=1)
-    if held and (held['warmup']['syncs'] < 1 or not 0.9e9 <= held['host_stall_ns'] <= 1.1e9):
-        failures.append(f'stall: {held["warmup"]["syncs"]} synchronizes, host held up {held["host_stall_ns"]} ns '
-                        '(expected about 1 s: B\'s work)')
+    held = replay(gpupool, stall, 'backend:sim', 1, failures, repeat=1)
+    if held and (held['pool']['num_device_frees'] < 1 or not 0.9e9 <= held['host_stall_ns'] <= 1.1e9):
+        failures.append(f'stall: {held["pool"]["num_device_frees"]} device frees, host held up '
+                        f'{held["host_stall_ns"]} ns (expected about 1 s: cudaFree waits for B\'s work)')
     if held and (held['deepest_queue'] > 3 or held['races']):
         failures.append(f'stall: {held["deepest_queue"]} ops queued on one stream at once, {held["races"]} races '
                         '(expected 3 at most: each stream keeps pace with its events after the stall)')
-    idle = replay(gpupool, stall, 'backend:sim-vmm', None, failures, repeat=1)
-    if idle and (idle['host_stall_ns'] != 0 or idle['deepest_queue'] > 1):
-        failures.append(f'stall without work: host held up {idle["host_stall_ns"]} ns, {idle["deepest_queue"]} '
-                        'ops queued (expected none held up, and no kernels: the pool\'s event records at most)')
+    for conf in ('backend:sim', 'backend:sim-vmm'):
+        idle = replay(gpupool, stall, conf, None, failures, repeat=1)
+        if idle and (idle['host_stall_ns'] != 0 or idle['deepest_queue'] > 1):
+            failures.append(f'{conf}: stall without work: host held up {idle["host_stall_ns"]} ns, '
+                            f'{idle["deepest_queue"]} ops queued (expected none held up, and no kernels: the '
+                            'pool\'s event records at most)')
+    own = replay(gpupool, stall, 'backend:sim-vmm', 1, failures, repeat=1)
+    if own and (own['pool']['num_unmaps'] < 1 or own['pool']['num_device_syncs'] != 0 or
+                own['warmup']['syncs'] != 0 or own['host_stall_ns'] >= 1e6 or own['races'] or own['bad_calls']):
+        failures.append(f'sim-vmm stall: {own["pool"]["num_unmaps"]} pages unmapped after '
+                        f'{own["pool"]["num_unmap_waits"]} waits and {own["pool"]["num_device_syncs"]} device '
+                        f'synchronizes, host held up {own["host_stall_ns"]} ns, {own["races"]} races, '
+                        f'{own["bad_calls"]} bad calls: {own["first_violation"]} (expected A\'s unmaps to wait for '
+                        'A\'s work only, under 1 ms, not B\'s 1 s)')
 
     failures += missing_from_output([gpupool, 'replay', '--stream-work', '1', '--conf', 'backend:sim-vmm', trace],
                                     ['stream work           1 of each gap', '6 kernels, 0 races, host held up 0.000 ms'], 'text output')

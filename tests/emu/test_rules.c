@@ -271,7 +271,7 @@ static void rule_unmap_in_flight(void)
     gpemu_shutdown();
     gpemu_forget_violations();
 
-    up(); /* legal: synchronise first (what backend_vmm.c does) */
+    up(); /* legal: synchronise the device first (what the pool does when it cannot name the stream) */
     reserve_and_create(2 * MIB, 2 * MIB, &va, &h);
     CHECK(drv.map(va, 2 * MIB, 0, h, 0) == CUDA_SUCCESS, "map");
     set_rw(va, 2 * MIB);
@@ -279,6 +279,34 @@ static void rule_unmap_in_flight(void)
     CHECK(cudaDeviceSynchronize() == cudaSuccess, "sync");
     CHECK(drv.unmap(va, 2 * MIB) == CUDA_SUCCESS, "unmap after the kernel");
     CHECK(drv.release(h) == CUDA_SUCCESS && drv.address_free(va, 2 * MIB) == CUDA_SUCCESS, "cleanup");
+    CHECK(gpemu_shutdown() == 0, "no violation: %s", gpemu_first_violation());
+
+    up(); /* legal too: wait for the stream that used it (an event recorded after its work, as the pool's
+           * fence: provider/pages.c), while another stream's kernel on other memory still runs */
+    CUdeviceptr other;
+    CUmemGenericAllocationHandle oh;
+    reserve_and_create(2 * MIB, 2 * MIB, &va, &h);
+    reserve_and_create(2 * MIB, 2 * MIB, &other, &oh);
+    CHECK(drv.map(va, 2 * MIB, 0, h, 0) == CUDA_SUCCESS && drv.map(other, 2 * MIB, 0, oh, 0) == CUDA_SUCCESS, "map");
+    set_rw(va, 2 * MIB);
+    set_rw(other, 2 * MIB);
+    cudaStream_t g;
+    cudaEvent_t done;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "stream");
+    CHECK(cudaStreamCreateWithFlags(&g, cudaStreamNonBlocking) == cudaSuccess, "stream");
+    CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming) == cudaSuccess, "event");
+    CHECK(gpemu_launch(s, (void *)va, 2 * MIB, GP_SIM_WRITE, 3, 1000) == cudaSuccess, "a kernel on s");
+    CHECK(gpemu_launch(g, (void *)other, 2 * MIB, GP_SIM_WRITE, 3, 1000000) == cudaSuccess, "a long one on g");
+    CHECK(cudaEventRecord(done, s) == cudaSuccess && cudaEventSynchronize(done) == cudaSuccess, "wait for s");
+    CHECK(drv.unmap(va, 2 * MIB) == CUDA_SUCCESS, "unmap after s's kernel, g's still running");
+    CHECK(gpemu_rule_count(GPEMU_RULE_UNMAP_IN_FLIGHT) == 0, "s's work is done: %s", gpemu_first_violation());
+    CHECK(cudaStreamSynchronize(g) == cudaSuccess, "wait for g");
+    CHECK(drv.unmap(other, 2 * MIB) == CUDA_SUCCESS, "unmap after g's kernel");
+    CHECK(drv.release(h) == CUDA_SUCCESS && drv.address_free(va, 2 * MIB) == CUDA_SUCCESS, "cleanup");
+    CHECK(drv.release(oh) == CUDA_SUCCESS && drv.address_free(other, 2 * MIB) == CUDA_SUCCESS, "cleanup");
+    CHECK(cudaEventDestroy(done) == cudaSuccess && cudaStreamDestroy(s) == cudaSuccess &&
+              cudaStreamDestroy(g) == cudaSuccess,
+          "cleanup");
     CHECK(gpemu_shutdown() == 0, "no violation: %s", gpemu_first_violation());
 }
 

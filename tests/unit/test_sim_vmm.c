@@ -62,9 +62,16 @@ static void map_ok(void *ctx, gp_devptr va, size_t size, gp_phys h)
     cr_assert_eq(B->map(ctx, va, size, h), GP_OK, "map: %s", gp_last_error());
 }
 
+/* cuMemUnmap does not wait for queued work (backend.h): a test unmaps only what no queued kernel uses. */
 static void unmap_ok(void *ctx, gp_devptr va, size_t size)
 {
     cr_assert_eq(B->unmap(ctx, va, size), GP_OK, "unmap: %s", gp_last_error());
+}
+
+/* device_synchronize: what the pool calls before unmapping memory it cannot tie to one stream. */
+static void sync_ok(void *ctx)
+{
+    cr_assert_eq(B->device_synchronize(ctx), GP_OK, "device_synchronize: %s", gp_last_error());
 }
 
 /* ---- the table -------------------------------------------------------------------------------- */
@@ -144,8 +151,8 @@ Test(sim_vmm, reserve_map_unmap_release_round_trip)
     cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_MAP), 2);
     cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_UNMAP), 2);
     cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_SET_ACCESS), 2, "each map sets access once");
-    cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_DEVICE_SYNC), 2, "an unmap synchronizes first");
-    cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_ALL), 16);
+    cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_DEVICE_SYNC), 0, "an unmap does not synchronize");
+    cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_ALL), 14);
 
     /* the freed address space is reused (first fit) */
     gp_devptr again = reserve_ok(ctx, 8 * MiB);
@@ -297,6 +304,7 @@ Test(sim_vmm, contents_survive_remapping_to_a_new_address)
     gp_phys h = create_ok(ctx, 4 * MiB);
     map_ok(ctx, r1, 4 * MiB, h);
     cr_assert_eq(gp_sim_launch(sim, NULL, ptr(r1 + 123), 3 * MiB, GP_SIM_WRITE, 31, 10), GP_OK);
+    sync_ok(ctx);
     unmap_ok(ctx, r1, 4 * MiB);
     cr_expect_eq(report_of(sim).handles, 1);
     map_ok(ctx, r2 + 4 * MiB, 4 * MiB, h);
@@ -320,6 +328,7 @@ Test(sim_vmm, contents_gone_after_phys_release_and_create)
     gp_phys h = create_ok(ctx, 2 * MiB);
     map_ok(ctx, va, 2 * MiB, h);
     cr_assert_eq(gp_sim_launch(sim, NULL, ptr(va), 4096, GP_SIM_WRITE, 7, 10), GP_OK);
+    sync_ok(ctx);
     unmap_ok(ctx, va, 2 * MiB);
     cr_assert_eq(B->phys_release(ctx, h), GP_OK);
     gp_phys again = create_ok(ctx, 2 * MiB);
@@ -400,6 +409,7 @@ static alias_fixture alias_setup(void)
 
 static void alias_teardown(alias_fixture *f)
 {
+    sync_ok(f->ctx);
     unmap_ok(f->ctx, f->a, 2 * MiB);
     unmap_ok(f->ctx, f->b, 2 * MiB);
     cr_assert_eq(B->phys_release(f->ctx, f->h), GP_OK);
@@ -460,8 +470,13 @@ Test(sim_vmm_race, stitching_a_page_still_in_use_is_caught)
     cr_assert_eq(gp_sim_launch(sim, g, ptr(new_range), 4 * MiB, GP_SIM_WRITE, 2, 10), GP_OK);
     cr_expect_eq(report_of(sim).races, 1, "p1 is: %s", gp_sim_first_violation(sim));
 
-    unmap_ok(ctx, old_range, 2 * MiB);
-    cr_expect_eq(gp_sim_now(sim), 1000, "unmap waits for all device work");
+    unmap_ok(ctx, old_range, 2 * MiB); /* p0: no kernel uses it */
+    cr_expect_eq(gp_sim_now(sim), 0, "an unmap does not wait");
+    cr_expect_eq(B->unmap(ctx, old_range + 2 * MiB, 2 * MiB), GP_ERR_INVALID, "S's kernel still uses it");
+    cr_expect(strstr(gp_last_error(), "unmap under work in flight") != NULL, "%s", gp_last_error());
+    cr_expect_eq(report_of(sim).bad_calls, 1);
+    sync_ok(ctx);
+    cr_expect_eq(gp_sim_now(sim), 1000, "the synchronize waited for S's kernel");
     unmap_ok(ctx, old_range + 2 * MiB, 2 * MiB);
     unmap_ok(ctx, new_range, 2 * MiB);
     unmap_ok(ctx, new_range + 2 * MiB, 2 * MiB);
@@ -486,6 +501,7 @@ Test(sim_vmm_race, different_physical_memory_does_not_race)
     cr_assert_eq(gp_sim_launch(sim, s, ptr(va), 2 * MiB, GP_SIM_WRITE, 1, 1000), GP_OK);
     cr_assert_eq(gp_sim_launch(sim, g, ptr(va + 2 * MiB), 2 * MiB, GP_SIM_WRITE, 1, 1000), GP_OK);
     cr_expect_eq(report_of(sim).races, 0);
+    sync_ok(ctx);
     unmap_ok(ctx, va, 2 * MiB);
     unmap_ok(ctx, va + 2 * MiB, 2 * MiB);
     cr_assert_eq(B->phys_release(ctx, h1), GP_OK);
@@ -517,6 +533,7 @@ Test(sim_vmm_bad, kernel_on_unmapped_memory_is_a_bad_call)
     cr_expect_eq(gp_sim_launch(sim, NULL, ptr(va + 2 * MiB - 64), 64, GP_SIM_WRITE, 1, 10), GP_OK);
     cr_expect_eq(gp_sim_launch(sim, NULL, ptr(va + 4 * MiB), 0, GP_SIM_WRITE, 1, 10), GP_OK,
                  "a zero-length kernel touches nothing");
+    sync_ok(ctx);
     unmap_ok(ctx, va, 2 * MiB);
     cr_expect_eq(gp_sim_launch(sim, NULL, ptr(va), 64, GP_SIM_READ, 0, 10), GP_ERR_INVALID, "unmapped again");
     cr_assert_eq(B->phys_release(ctx, h), GP_OK);
@@ -605,26 +622,55 @@ Test(sim_vmm_bad, calls_after_close_are_bad_calls)
 
 /* ---- device work and unmap -------------------------------------------------------------------- */
 
-Test(sim_vmm, unmap_waits_for_the_device_map_does_not)
+/* Neither map nor unmap waits for device work (cuMemUnmap does not): an unmap of a range that a queued
+ * kernel still uses is a bad call that unmaps nothing; once the stream that uses it is waited for (its
+ * event, as the pool waits for a stream's fence), the unmap goes through, while another stream's work
+ * on other memory is still running. */
+Test(sim_vmm, unmap_does_not_wait_and_refuses_a_range_in_use)
 {
     void *ctx;
     gp_sim *sim = open_sim(16 * MiB, &ctx);
-    gp_devptr va = reserve_ok(ctx, 4 * MiB);
-    gp_phys h = create_ok(ctx, 2 * MiB), other = create_ok(ctx, 2 * MiB);
+    gp_devptr va = reserve_ok(ctx, 6 * MiB);
+    gp_phys h = create_ok(ctx, 2 * MiB), other = create_ok(ctx, 2 * MiB), busy = create_ok(ctx, 2 * MiB);
     map_ok(ctx, va, 2 * MiB, h);
-    gp_stream s = gp_sim_stream_create(sim);
+    map_ok(ctx, va + 4 * MiB, 2 * MiB, busy);
+    gp_stream s = gp_sim_stream_create(sim), g = gp_sim_stream_create(sim);
     cr_assert_eq(gp_sim_launch(sim, s, ptr(va), 64, GP_SIM_WRITE, 1, 1000), GP_OK);
+    cr_assert_eq(gp_sim_launch(sim, g, ptr(va + 4 * MiB), 64, GP_SIM_WRITE, 1, 5000), GP_OK);
     map_ok(ctx, va + 2 * MiB, 2 * MiB, other);
     cr_expect_eq(gp_sim_now(sim), 0);
     cr_assert_eq(B->phys_release(ctx, create_ok(ctx, 2 * MiB)), GP_OK);
     cr_expect_eq(gp_sim_now(sim), 0, "create and release of unmapped memory do not wait");
     unmap_ok(ctx, va + 2 * MiB, 2 * MiB);
-    cr_expect_eq(gp_sim_now(sim), 1000, "the kernel completed before the unmap");
+    cr_expect_eq(gp_sim_now(sim), 0, "an unmap of memory no kernel uses does not wait");
+
+    gp_sim_report before = report_of(sim);
+    cr_expect_eq(B->unmap(ctx, va, 2 * MiB), GP_ERR_INVALID, "s's kernel still uses it");
+    cr_expect(strstr(gp_sim_first_violation(sim), "unmap under work in flight") != NULL, "%s",
+              gp_sim_first_violation(sim));
+    cr_expect_eq(report_of(sim).mappings, before.mappings, "nothing unmapped");
+    cr_expect_eq(report_of(sim).bad_calls, before.bad_calls + 1);
+
+    gp_event ev = NULL;
+    cr_assert_eq(B->event_create(ctx, &ev), GP_OK);
+    cr_assert_eq(B->event_record(ctx, ev, s), GP_OK);
+    cr_assert_eq(B->event_synchronize(ctx, ev), GP_OK);
+    cr_expect_eq(gp_sim_now(sim), 1000, "waiting for s lasts s's work, not g's");
     unmap_ok(ctx, va, 2 * MiB);
+    cr_expect_eq(gp_sim_now(sim), 1000);
+    cr_expect_eq(B->unmap(ctx, va + 4 * MiB, 2 * MiB), GP_ERR_INVALID, "g's kernel still runs");
+    sync_ok(ctx);
+    cr_expect_eq(gp_sim_now(sim), 5000, "a device synchronize waits for every stream");
+    unmap_ok(ctx, va + 4 * MiB, 2 * MiB);
+    cr_assert_eq(B->event_destroy(ctx, ev), GP_OK);
     cr_assert_eq(B->phys_release(ctx, h), GP_OK);
     cr_assert_eq(B->phys_release(ctx, other), GP_OK);
-    cr_assert_eq(B->va_release(ctx, va, 4 * MiB), GP_OK);
-    cr_expect_eq(report_of(sim).races + report_of(sim).bad_calls, 0, "%s", gp_sim_first_violation(sim));
+    cr_assert_eq(B->phys_release(ctx, busy), GP_OK);
+    cr_assert_eq(B->va_release(ctx, va, 6 * MiB), GP_OK);
+    gp_sim_report r = report_of(sim);
+    cr_expect_eq(r.races, 0, "%s", gp_sim_first_violation(sim));
+    cr_expect_eq(r.bad_calls, 2, "the two refused unmaps");
+    cr_expect_eq(r.mappings, 0);
     B->close(ctx);
 }
 
@@ -692,7 +738,8 @@ Test(sim_vmm_fault, each_new_call_kind_fails_once_and_changes_nothing)
     cr_expect_eq(gp_sim_faults_injected(sim), 6);
     cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_MAP), 2, "failed calls count");
 
-    /* the same calls go through once disarmed */
+    /* the same calls go through once disarmed (and the kernels using va are done) */
+    sync_ok(ctx);
     unmap_ok(ctx, va, 2 * MiB);
     cr_assert_eq(B->phys_release(ctx, unmapped), GP_OK);
     cr_assert_eq(B->phys_release(ctx, h), GP_OK);
@@ -724,7 +771,7 @@ static void release_four_pages(void *ctx, gp_devptr va, const gp_phys h[4])
 
 /* ---- runs: one access call per map_run, one synchronize per unmap_run -------------------------- */
 
-Test(sim_vmm, map_run_sets_access_once_unmap_run_synchronizes_once)
+Test(sim_vmm, map_run_sets_access_once_unmap_run_does_not_synchronize)
 {
     void *ctx;
     gp_sim *sim = open_sim(64 * MiB, &ctx);
@@ -741,16 +788,21 @@ Test(sim_vmm, map_run_sets_access_once_unmap_run_synchronizes_once)
     cr_assert_eq(gp_sim_launch(sim, NULL, ptr(va), 8 * MiB, GP_SIM_WRITE, 3, 10), GP_OK, "%s",
                  gp_sim_first_violation(sim));
     cr_assert_eq(gp_sim_launch(sim, NULL, ptr(va), 8 * MiB, GP_SIM_CHECK, 3, 10), GP_OK);
+    size_t done = 99;
+    cr_expect_eq(B->unmap_run(ctx, va, 2 * MiB, 4, &done), GP_ERR_INVALID, "the kernels still use the run");
+    cr_expect_eq(done, 0, "nothing unmapped under queued work");
+    cr_expect_eq(report_of(sim).mappings, 4);
+    sync_ok(ctx);
+    cr_expect_eq(gp_sim_now(sim), 20, "the synchronize waited for both kernels");
     uint64_t syncs = gp_sim_calls(sim, GP_SIM_CALL_DEVICE_SYNC), unmaps = gp_sim_calls(sim, GP_SIM_CALL_UNMAP);
-    size_t done = 0;
     cr_assert_eq(B->unmap_run(ctx, va, 2 * MiB, 4, &done), GP_OK, "%s", gp_last_error());
     cr_expect_eq(done, 4);
-    cr_expect_eq(gp_sim_now(sim), 20, "the unmap waited for both kernels");
-    cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_DEVICE_SYNC) - syncs, 1, "one synchronize for the run");
+    cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_DEVICE_SYNC) - syncs, 0, "unmap_run does not synchronize");
     cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_UNMAP) - unmaps, 4);
     gp_sim_report r = report_of(sim);
     cr_expect_eq(r.mappings, 0);
-    cr_expect_eq(r.pattern_mismatches + r.bad_calls, 0, "%s", gp_sim_first_violation(sim));
+    cr_expect_eq(r.pattern_mismatches, 0, "%s", gp_sim_first_violation(sim));
+    cr_expect_eq(r.bad_calls, 1, "the refused unmap_run: %s", gp_sim_first_violation(sim));
     release_four_pages(ctx, va, h);
     B->close(ctx);
 }
@@ -784,9 +836,9 @@ Test(sim_vmm_fault, a_failed_map_run_maps_nothing_a_failed_unmap_run_says_how_fa
     B->close(ctx);
 }
 
-/* unmap_pages: mappings anywhere (here the 1st, 3rd and 4th of four, in another order), one synchronize
- * for all; an empty list, or a page not mapped, is a bad call. */
-Test(sim_vmm, unmap_pages_synchronizes_once_for_pages_anywhere)
+/* unmap_pages: mappings anywhere (here the 1st, 3rd and 4th of four, in another order), no synchronize
+ * (the caller waited); an empty list, or a page not mapped, is a bad call. */
+Test(sim_vmm, unmap_pages_unmaps_pages_anywhere_without_synchronizing)
 {
     void *ctx;
     gp_sim *sim = open_sim(64 * MiB, &ctx);
@@ -794,13 +846,14 @@ Test(sim_vmm, unmap_pages_synchronizes_once_for_pages_anywhere)
     gp_devptr va = four_pages_mapped(ctx, h);
     cr_assert_eq(gp_sim_launch(sim, NULL, ptr(va), 8 * MiB, GP_SIM_WRITE, 5, 10), GP_OK, "%s",
                  gp_sim_first_violation(sim));
+    sync_ok(ctx);
+    cr_expect_eq(gp_sim_now(sim), 10);
     uint64_t syncs = gp_sim_calls(sim, GP_SIM_CALL_DEVICE_SYNC), unmaps = gp_sim_calls(sim, GP_SIM_CALL_UNMAP);
     gp_devptr some[3] = {va + 6 * MiB, va, va + 4 * MiB};
     size_t done = 0;
     cr_assert_eq(B->unmap_pages(ctx, some, 2 * MiB, 3, &done), GP_OK, "%s", gp_last_error());
     cr_expect_eq(done, 3);
-    cr_expect_eq(gp_sim_now(sim), 10, "the unmaps waited for the kernel");
-    cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_DEVICE_SYNC) - syncs, 1, "one synchronize for the three");
+    cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_DEVICE_SYNC) - syncs, 0, "no synchronize");
     cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_UNMAP) - unmaps, 3);
     cr_expect_eq(report_of(sim).mappings, 1, "the 2nd page stays mapped");
     cr_assert_eq(gp_sim_launch(sim, NULL, ptr(va + 2 * MiB), 2 * MiB, GP_SIM_WRITE, 6, 10), GP_OK, "%s",
@@ -811,6 +864,7 @@ Test(sim_vmm, unmap_pages_synchronizes_once_for_pages_anywhere)
     cr_assert_eq(B->unmap_pages(ctx, some + 1, 2 * MiB, 1, &done), GP_ERR_INVALID, "a page unmapped already");
     cr_expect_eq(done, 0);
     cr_expect_eq(report_of(sim).bad_calls, 2);
+    sync_ok(ctx);
     unmap_ok(ctx, va + 2 * MiB, 2 * MiB);
     release_four_pages(ctx, va, h);
     r = report_of(sim);
@@ -826,10 +880,13 @@ Test(sim_vmm_fault, a_failed_unmap_pages_says_how_far_it_got)
     gp_devptr va = four_pages_mapped(ctx, h);
     gp_devptr all[4] = {va + 6 * MiB, va + 2 * MiB, va, va + 4 * MiB};
     size_t done = 99;
-    gp_sim_fail_call(sim, 1, GP_SIM_CALL_DEVICE_SYNC, GP_ERR_DEVICE);
+    gp_sim_fail_call(sim, 1, GP_SIM_CALL_UNMAP, GP_ERR_DEVICE);
     cr_expect_eq(B->unmap_pages(ctx, all, 2 * MiB, 4, &done), GP_ERR_DEVICE);
-    cr_expect_eq(done, 0, "the synchronize failed: nothing unmapped");
+    cr_expect_eq(done, 0, "the first unmap failed: nothing unmapped");
     cr_expect_eq(report_of(sim).mappings, 4);
+    gp_sim_fail_call(sim, 1, GP_SIM_CALL_DEVICE_SYNC, GP_ERR_DEVICE);
+    cr_expect_eq(B->device_synchronize(ctx), GP_ERR_DEVICE);
+    cr_expect_eq(report_of(sim).mappings, 4, "a failed synchronize unmaps nothing");
     gp_sim_fail_call(sim, 3, GP_SIM_CALL_UNMAP, GP_ERR_DEVICE);
     cr_expect_eq(B->unmap_pages(ctx, all, 2 * MiB, 4, &done), GP_ERR_DEVICE);
     cr_expect_eq(done, 2, "the first two were unmapped, the third failed");
@@ -937,7 +994,8 @@ static void *worker(void *opaque)
     worker_arg *w = opaque;
     gp_stream stream = gp_sim_stream_create(w->sim);
     gp_devptr va = 0;
-    if (B->va_reserve(w->ctx, 4 * MiB, &va) != GP_OK) {
+    gp_event done = NULL; /* before unmapping, the thread waits for its own stream only (as the pool) */
+    if (B->va_reserve(w->ctx, 4 * MiB, &va) != GP_OK || B->event_create(w->ctx, &done) != GP_OK) {
         w->failures++;
         return NULL;
     }
@@ -951,11 +1009,12 @@ static void *worker(void *opaque)
         if (B->map(w->ctx, va, 2 * MiB, h) != GP_OK || B->map(w->ctx, va + 2 * MiB, 2 * MiB, h) != GP_OK ||
             gp_sim_launch(w->sim, stream, ptr(va), 4096, GP_SIM_WRITE, seed, 10) != GP_OK ||
             gp_sim_launch(w->sim, stream, ptr(va + 2 * MiB), 4096, GP_SIM_CHECK, seed, 10) != GP_OK ||
+            B->event_record(w->ctx, done, stream) != GP_OK || B->event_synchronize(w->ctx, done) != GP_OK ||
             B->unmap(w->ctx, va, 2 * MiB) != GP_OK || B->unmap(w->ctx, va + 2 * MiB, 2 * MiB) != GP_OK ||
             B->phys_release(w->ctx, h) != GP_OK)
             w->failures++;
     }
-    if (B->va_release(w->ctx, va, 4 * MiB) != GP_OK)
+    if (B->va_release(w->ctx, va, 4 * MiB) != GP_OK || B->event_destroy(w->ctx, done) != GP_OK)
         w->failures++;
     return NULL;
 }
