@@ -261,8 +261,8 @@ GP_API int gp_tenant_name(gp_pool *pool, size_t index, char *buf, size_t len);
     X(num_unmaps, COUNT, "vmm backends: pages unmapped")                                                       \
     X(num_unmap_waits, COUNT, "vmm backends: host waits for one stream's queued work before unmapping "        \
                               "its free pages (cuMemUnmap does not wait)")                                    \
-    X(num_device_syncs, COUNT, "vmm backends: device synchronizes before unmapping (destroy, pause, trim "    \
-                               "of stitched layouts; every stream's queued work)")                            \
+    X(num_device_syncs, COUNT, "vmm backends: device synchronizes before unmapping where no one stream "     \
+                               "can be named (destroy, pause; every stream's queued work)")                   \
     X(num_stitches, COUNT, "vmm backends: requests served by moving cached free pages into a new range")       \
     X(idle_released_bytes, BYTES, "bytes given back by idle_release and release_threshold")                    \
     X(paused_bytes, BYTES, "blocks of paused tenants, which hold no device memory while paused: "             \

@@ -409,9 +409,16 @@ static int drop_slot_runs(gp_pool_state *p, gp_segment *r, const size_t *first, 
                 vas[at++] = r->addr + j * p->page;
         /* A SHADOW slot's memory is in use at its home, and no work of r's uses it here: the slot became
          * SHADOW when r's owner freed the block there (other streams' uses were over by then, their
-         * events: api/free.c) or was never used at r. So the owner's fence at its latest free stamp
-         * covers every use of these addresses, and no other stream's work need be waited for. */
-        rc = gp_pages_unmap_list(p, owner, owner->free_seq, vas, total, &done);
+         * events: api/free.c), stamped with that free, or was never used at r (stamp 0). So the owner's
+         * fence at the latest stamp of the slots' blocks covers every use of these addresses: no other
+         * stream's work, and none of the owner's queued since, need be waited for (the owner's latest
+         * free stamp would wait for its kernel in flight, a whole step of a busy model). */
+        uint64_t seq = 0;
+        for (size_t k = 0; k < runs; k++) {
+            const gp_block *b = block_at(r, r->addr + first[k] * p->page);
+            seq = b->free_seq > seq ? b->free_seq : seq;
+        }
+        rc = gp_pages_unmap_list(p, owner, seq, vas, total, &done);
     }
     atomic_fetch_add(&p->num_unmaps, done);
     for (size_t k = 0; k < runs && done > 0; k++) {
@@ -703,6 +710,7 @@ static int fill_slots(gp_pool_state *p, gp_segment *r, size_t j, size_t m, const
     if (mapped > 0) {
         gp_block *mid = gp_pages_carve(NULL, u, va, mapped * p->page, spare, &left);
         mid->state = GP_BLOCK_SHADOW;
+        mid->free_seq = 0; /* slots no work has used here since they were mapped */
         gp_pages_merge(&st->blocks, mid);
         for (size_t k = 0; k < mapped; k++) {
             const candidate *c = cs[k];
@@ -1363,6 +1371,7 @@ static bool new_slot(gp_pool_state *p, gp_stream_state *st, candidate c)
     else
         gp_block_recycle(&st->blocks, rest);
     u->state = GP_BLOCK_SHADOW;
+    u->free_seq = 0; /* a slot no work has used here since it was mapped */
     size_t j = gp_page_index(p, r, u->addr);
     r->pages[j] = handle;
     r->homes[j] = (gp_alias_home){c.seg, c.index};

@@ -116,6 +116,8 @@ gp_block *gp_pages_merge(gp_block_cache *cache, gp_block *b)
     if (b->next != NULL && b->next->state == b->state) {
         gp_block *right = b->next;
         b->size += right->size;
+        if (right->free_seq > b->free_seq) /* the latest stamp covers both parts' last uses */
+            b->free_seq = right->free_seq;
         b->next = right->next;
         if (right->next != NULL)
             right->next->prev = b;
@@ -124,6 +126,8 @@ gp_block *gp_pages_merge(gp_block_cache *cache, gp_block *b)
     if (b->prev != NULL && b->prev->state == b->state) {
         gp_block *left = b->prev;
         left->size += b->size;
+        if (b->free_seq > left->free_seq)
+            left->free_seq = b->free_seq;
         left->next = b->next;
         if (b->next != NULL)
             b->next->prev = left;

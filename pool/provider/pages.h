@@ -52,7 +52,8 @@ int gp_pages_unmap_list(gp_pool_state *p, gp_stream_state *user, uint64_t seq, c
  * state, linked after it; returns right. Neither is put on a list. */
 gp_block *gp_pages_split(gp_block *b, size_t offset, gp_block *right);
 /* Merges the UNMAPPED (or SHADOW) block b with neighbours of the same state, recycling their structs,
- * and returns the result (its segment's first block when it has no prev). */
+ * and returns the result (its segment's first block when it has no prev), whose free_seq is the latest
+ * of its parts' (a SHADOW block's stamp covers the last uses of its addresses: alias.c). */
 gp_block *gp_pages_merge(gp_block_cache *cache, gp_block *b);
 /* Splits b (on no list) so that one block covers exactly [from, from + bytes) and returns it; the
  * pieces before and after keep b's state and go on `heap` unless it is NULL. Takes up to two structs

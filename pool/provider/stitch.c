@@ -3,8 +3,18 @@
  * cache cap, it moves whole free pages cut out of FREE blocks anywhere in the pool into the range that
  * grows, so that they make one contiguous block there (the idea of GMLake, ASPLOS 2024). Cutting free
  * pages out (gp_vmm_unmap_free_pages) also serves giving memory back (release=true). Only pages
- * inside FREE blocks move, and unmap waits for all device work first, so no stream can still be using
- * them; contents that matter never move.
+ * inside FREE blocks move, and unmapping waits first for the work of the stream whose free memory they
+ * are (its fence, provider/pages.c), so no stream can still be using them; contents that matter never
+ * move.
+ *
+ * Idle pages first. A free page whose stream's last uses of it are still queued can be unmapped only
+ * after the host waits for that stream's work, which on a busy stream lasts as long as the kernel in
+ * flight (with several models, another model's step). So the pages are taken in two rounds: first
+ * only those whose stream's fence already says their uses are over (asked without waiting,
+ * gp_stream_done), then, where those do not suffice, the others, with the wait. Which pages move
+ * changes nothing in how many: the same number of pages leaves the same ranges' free memory either
+ * way, only in other places, so this costs no memory and waits only when the pool holds no idle page
+ * to take instead.
  */
 #include <stdint.h>
 
@@ -13,15 +23,19 @@
 #include "provider/capture_window.h"
 #include "provider/pages.h"
 #include "provider/pending.h"
+#include "provider/provider.h"
 #include "provider/vmm.h"
 
 /*
  * One range's part of gp_vmm_unmap_free_pages (owner locked): up to `want` whole pages of its FREE
- * blocks; with `others`, only as far as the owner's tenant may give; in the first pass (`shared`
- * false) only pages that have no second address. Returns the pages done; *rc gets the first failure.
+ * blocks stamped up to `done_upto` (the owner's free clock: UINT64_MAX takes any, waiting for the
+ * owner's work where it is still queued); with `others`, only as far as the owner's tenant may give;
+ * in the first pass (`shared` false) only pages that have no second address. Returns the pages done;
+ * *rc gets the first failure.
  */
 static size_t unmap_in_range(gp_pool_state *p, gp_segment *seg, size_t want, const gp_block *spot,
-                             uint64_t idle_before, bool release, bool others, bool shared, int *rc)
+                             uint64_t idle_before, uint64_t done_upto, bool release, bool others, bool shared,
+                             int *rc)
 {
     gp_stream_state *owner = seg->owner;
     size_t got = 0;
@@ -35,7 +49,7 @@ static size_t unmap_in_range(gp_pool_state *p, gp_segment *seg, size_t want, con
              * (provider/thread_cache.h; TSan, multiprocess_ledger_threads: gp_tc_pop against this
              * read from a tenant's trim). */
             if (b->size < p->page || b->state != GP_BLOCK_FREE || (spot != NULL && b->next == spot) ||
-                b->free_since > idle_before)
+                b->free_since > idle_before || b->free_seq > done_upto)
                 continue;
             uintptr_t first = seg->addr + gp_div_up(b->addr - seg->addr, p->page) * p->page;
             uintptr_t end = seg->addr + (b->addr + b->size - seg->addr) / p->page * p->page;
@@ -78,16 +92,19 @@ size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *sp
     size_t got = 0;
     if (gp_capture_underway()) /* unmapping synchronises the device: never while a graph is captured */
         return 0;
-    /* Pages with no second address first: unmapping a home's alias slots undoes a stitched layout
-     * that a later step would map again (alias.h); only when those do not suffice, the others. */
-    for (int shared = 0; shared < 2 && got < want; shared++) {
+    /* Idle pages first (the file's header), and within each round pages with no second address first:
+     * unmapping a home's alias slots undoes a stitched layout that a later step would map again
+     * (alias.h); only when those do not suffice, the others. */
+    for (int round = 0; round < 4 && got < want; round++) {
+        bool idle_only = round < 2, shared = round % 2 == 1;
         for (gp_segment *seg = p->segments_head; seg != NULL && got < want; seg = seg->next) {
             gp_stream_state *owner = seg->owner;
             if (seg->pages == NULL || seg->paused || (only != NULL && owner->tenant != only))
                 continue;
             bool others = taker != NULL && owner->tenant != taker;
             pthread_mutex_lock(&owner->lock);
-            got += unmap_in_range(p, seg, want - got, spot, idle_before, release, others, shared, rc);
+            uint64_t done_upto = idle_only ? gp_stream_done(p, owner) : UINT64_MAX;
+            got += unmap_in_range(p, seg, want - got, spot, idle_before, done_upto, release, others, shared, rc);
             pthread_mutex_unlock(&owner->lock);
         }
     }

@@ -417,6 +417,41 @@ Test(loans, a_repair_whose_device_call_fails_loses_nothing)
     }
 }
 
+/* The same trim while a runs a long kernel on a small block it has freed since (its page kept by a
+ * live neighbour): the slots went idle at their own frees, stamped then, so the wait before unmapping
+ * them is for a's fence at those stamps, which has completed, not at a's latest free, which would hold
+ * the host until the kernel ends (drop_slot_runs). */
+Test(loans, trim_of_slots_idle_since_older_frees_does_not_wait_for_later_work)
+{
+    open_pool(LOANS_CONFIG ",loans:on");
+    void *pa[3], *pb[1], *z;
+    a_range_with_a_third_in_use(pa, pb, &z);
+    check_pattern(a, z, H, 409);
+    gp_sim_synchronize(sim);
+    cr_assert_eq(gp_free(pool, z, a), GP_OK);
+    gp_sim_synchronize(sim);
+    void *busy = alloc_written(a, 4096, 420, 1000000000), *keep = alloc_written(a, 4096, 421, 1000);
+    cr_assert_eq(gp_free(pool, busy, a), GP_OK); /* a's kernel on it runs 1 s more */
+    uint64_t t0 = gp_sim_now(sim), unmaps = gp_sim_calls(sim, GP_SIM_CALL_UNMAP);
+    gp_stats before = stats_now();
+    size_t released = 0;
+    cr_assert_eq(gp_trim(pool, 0, &released), GP_OK, "%s", gp_last_error());
+    gp_stats after = stats_now();
+    size_t pages = H / (2 * MIB);
+    /* the small blocks took a page of a's holes (a small range grown by aliasing): it stays */
+    cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_UNMAP) - unmaps, 7 * pages - 1,
+                 "a's three holes at their slots and at home, b's hole, but the small blocks' page");
+    cr_expect_eq(after.num_device_syncs, before.num_device_syncs, "no device synchronize");
+    cr_expect_eq(after.num_unmap_waits, before.num_unmap_waits, "the slots' and holes' uses are over: no wait");
+    cr_expect_lt(gp_sim_now(sim), t0 + 1000000000, "the host was not held up for a's later kernel");
+    cr_expect_eq(released, 4 * H - 2 * MIB);
+    check_pattern(a, pa[0], H, 401);
+    check_pattern(b, pb[0], H, 407);
+    gp_sim_synchronize(sim);
+    cr_assert_eq(gp_free(pool, keep, a), GP_OK);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+}
+
 /* Trim with a's stitched range idle over its three free holes: the range's slots of each hole are
  * unmapped (gp_alias_unshare), and the hole after them, with no device synchronize and, the streams
  * being idle, no wait at all (their fences say so); everything free goes back, the live blocks keep

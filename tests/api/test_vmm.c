@@ -243,6 +243,56 @@ Test(vmm, stitching_waits_once_per_run_of_pages_and_never_synchronizes_the_devic
     cr_assert_eq(gp_free(pool, pins[1], stream), GP_OK);
 }
 
+/* Past the cap, stitching takes free pages whose stream's work on them is over before those of a stream
+ * still running a kernel on its free block (stitch.c: idle pages first): unmapping those would hold the
+ * host until that kernel ends. Only when the idle pages do not suffice does it wait, for that one
+ * stream (its fence), and then takes them too: the memory figure is the same either way. */
+Test(vmm, stitching_takes_idle_free_pages_first_and_waits_only_without_them)
+{
+    open_pool(STITCH_CONFIG);
+    gp_stream g = gp_sim_stream_create(sim);
+    void *ga, *gpin;
+    cr_assert_eq(gp_alloc(pool, &ga, H, g), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_alloc(pool, &gpin, H, g), GP_OK, "%s", gp_last_error());
+    void *s1 = alloc_written(H / 2, 1), *pin1 = alloc_written(H / 2, 2);
+    void *s2 = alloc_written(H / 2, 3), *pin2 = alloc_written(H / 2, 4);
+    cr_assert_eq(gp_sim_launch(sim, g, ga, H, GP_SIM_WRITE, 5, 1000000000), GP_OK, "%s", gp_sim_first_violation(sim));
+    cr_assert_eq(gp_free(pool, ga, g), GP_OK); /* g's 40 MiB hole: g's kernel uses it for 1 s more */
+    cr_assert_eq(gp_free(pool, s1, stream), GP_OK);
+    cr_assert_eq(gp_free(pool, s2, stream), GP_OK);
+    gp_sim_advance(sim, 1000000); /* 1 ms: the test stream's kernels are over, g's is not */
+    gp_stats before = stats_now();
+    cr_assert_eq(before.reserved_bytes, 4 * H, "the peak: everything allocated at once");
+    uint64_t t0 = gp_sim_now(sim);
+
+    /* 40 MiB fits neither of the stream's 20 MiB holes; g's busy hole is not lent: past the cap, stitch */
+    void *x = alloc_written(H, 6);
+    gp_stats after = stats_now();
+    cr_expect_eq(after.num_stitches, before.num_stitches + 1);
+    cr_expect_eq(after.reserved_bytes, 4 * H, "stitched from free pages, nothing new");
+    cr_expect_eq(after.num_unmap_waits, before.num_unmap_waits, "the idle holes sufficed: no wait");
+    cr_expect_eq(after.num_device_syncs, before.num_device_syncs);
+    cr_expect_eq(gp_sim_now(sim), t0, "the host was not held up for g's kernel");
+
+    /* once more: only g's busy hole is left, so the pool waits for g's fence and takes it */
+    void *y = alloc_written(H, 7);
+    gp_stats last = stats_now();
+    cr_expect_eq(last.num_stitches, after.num_stitches + 1);
+    cr_expect_eq(last.reserved_bytes, 4 * H, "g's hole, not the device");
+    cr_expect_eq(last.num_unmap_waits, after.num_unmap_waits + 1, "one wait, for g");
+    cr_expect_eq(last.num_device_syncs, 0, "never the device");
+    cr_expect_geq(gp_sim_now(sim), 1000000000, "held up until g's kernel ended");
+    check_pattern(x, H, 6);
+    check_pattern(y, H, 7);
+    check_pattern(pin1, H / 2, 2);
+    check_pattern(pin2, H / 2, 4);
+    gp_sim_synchronize(sim);
+    void *frees[] = {x, y, pin1, pin2};
+    for (size_t i = 0; i < 4; i++)
+        cr_assert_eq(gp_free(pool, frees[i], stream), GP_OK);
+    cr_assert_eq(gp_free(pool, gpin, g), GP_OK);
+}
+
 Test(vmm, an_unused_range_changes_stream_without_device_or_map_calls)
 {
     open_pool("device_memory:1GiB");
