@@ -145,11 +145,11 @@ static void print_calls(const char *label, const char *which, const gp_replay_ca
         return;
     gp_call_costs published = gp_call_costs_published();
     bool given = !gp_call_costs_equal(costs, &published);
-    printf("  %-21s %.1f ms: %s pass %llu creates, %llu maps, %llu set-access, %llu unmaps (%llu syncs) at %s "
-           "costs per call\n",
+    printf("  %-21s %.1f ms: %s pass %llu creates, %llu maps, %llu set-access, %llu unmaps (%llu syncs, %llu "
+           "waits) at %s costs per call\n",
            label, c->model_us / 1000.0, which, (unsigned long long)c->creates, (unsigned long long)c->maps,
            (unsigned long long)c->set_access, (unsigned long long)c->unmaps, (unsigned long long)c->syncs,
-           given ? "the given (--call-costs)" : "A100");
+           (unsigned long long)c->waits, given ? "the given (--call-costs)" : "A100");
 }
 
 static void print_text(const gp_trace *t, const gp_replay_result *r)
@@ -211,10 +211,10 @@ static void json_calls(FILE *f, const gp_replay_calls *c)
 {
     fprintf(f,
             "{\"creates\":%llu,\"releases\":%llu,\"maps\":%llu,\"unmaps\":%llu,\"set_access\":%llu,"
-            "\"syncs\":%llu,\"model_us\":%.1f}",
+            "\"syncs\":%llu,\"waits\":%llu,\"model_us\":%.1f}",
             (unsigned long long)c->creates, (unsigned long long)c->releases, (unsigned long long)c->maps,
             (unsigned long long)c->unmaps, (unsigned long long)c->set_access, (unsigned long long)c->syncs,
-            c->model_us);
+            (unsigned long long)c->waits, c->model_us);
 }
 
 static void print_json_trace(FILE *f, const gp_trace *t, const gp_replay_result *r, const char *dm,

@@ -384,6 +384,7 @@ static gp_replay_calls vmm_calls(gp_sim *sim)
         .unmaps = gp_sim_calls(sim, GP_SIM_CALL_UNMAP),
         .set_access = gp_sim_calls(sim, GP_SIM_CALL_SET_ACCESS),
         .syncs = gp_sim_calls(sim, GP_SIM_CALL_DEVICE_SYNC),
+        .waits = gp_sim_calls(sim, GP_SIM_CALL_EVENT_SYNC),
     };
     return c;
 }
@@ -399,6 +400,7 @@ static gp_replay_calls calls_between(const gp_replay_calls *before, const gp_rep
         .unmaps = after->unmaps - before->unmaps,
         .set_access = after->set_access - before->set_access,
         .syncs = after->syncs - before->syncs,
+        .waits = after->waits - before->waits,
     };
     d.model_us = (double)d.creates * costs->create_us + (double)d.set_access * costs->set_access_us +
                  (double)d.maps * costs->map_us + (double)d.unmaps * costs->unmap_us +

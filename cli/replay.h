@@ -83,10 +83,13 @@ typedef struct gp_replay_options {
 
 /*
  * One pass's virtual-memory calls by kind, and the device time they model: each call times its cost in
- * gp_replay_options.costs (by default the published A100 figures; synchronizations at 0).
+ * gp_replay_options.costs (by default the published A100 figures; synchronizations at 0). syncs: device
+ * synchronizes; waits: host waits on one stream's event (before unmapping its free pages, when its
+ * fence has not said yet that their uses are over), not costed: what they cost is the work waited for
+ * (host_stall_ns, with --stream-work).
  */
 typedef struct gp_replay_calls {
-    uint64_t creates, releases, maps, unmaps, set_access, syncs;
+    uint64_t creates, releases, maps, unmaps, set_access, syncs, waits;
     double model_us;
 } gp_replay_calls;
 

@@ -343,7 +343,8 @@ def summary(rows):
         worst = max(last, key=lambda x: x[0]['model_us'])
         out['last_pass'] = {'workloads': len(last), 'total_ms': sum(c['model_us'] for c, _ in last) / 1000.0,
                             'worst_ms': worst[0]['model_us'] / 1000.0, 'worst_trace': worst[1],
-                            **{k: sum(c[k] for c, _ in last) for k in ('maps', 'unmaps', 'set_access', 'syncs')}}
+                            **{k: sum(c.get(k, 0) for c, _ in last)
+                               for k in ('maps', 'unmaps', 'set_access', 'syncs', 'waits')}}
     return out
 
 
@@ -384,7 +385,8 @@ def print_table(rows, args):
         lp = s['last_pass']
         print(f"sim-vmm's last pass, modelled the same way, where it still maps ({lp['workloads']} workloads): "
               f"{lp['total_ms']:.1f} ms in all ({lp['maps']} maps, {lp['unmaps']} unmaps, {lp['set_access']} "
-              f"access calls, {lp['syncs']} synchronizations, not costed); worst {lp['worst_ms']:.1f} ms "
+              f"access calls, {lp['syncs']} device synchronizations and {lp['waits']} waits on one stream, "
+              f"not costed); worst {lp['worst_ms']:.1f} ms "
               f"({lp['worst_trace']}).")
     if over:
         print(f"left out of worst, geomean and targets: {len(over)} workload(s) that ask for more than the "
