@@ -908,20 +908,21 @@ gp_block *gp_alias_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, s
 
 /*
  * Gives the pages of st's ranges (every stream's: NULL) parked with other streams whose work on them is
- * done (the holder's fence covers the parking) back to their owner's heap (FREE). Pool lock held, no
- * stream lock. Returns the pages reclaimed.
+ * done (the holder's fence covers the parking) back to their owner's heap (FREE), `limit` of them at
+ * most; with `wait`, a holder whose fence does not cover the parking yet is waited for (its fence, one
+ * stream's work: gp_stream_wait_upto). Pool lock held, no stream lock. Returns the pages reclaimed.
  */
-size_t gp_alias_reclaim(gp_pool_state *p, gp_stream_state *st)
+static size_t reclaim(gp_pool_state *p, gp_stream_state *st, size_t limit, bool wait)
 {
     size_t got = 0;
     uint64_t now = atomic_load_explicit(&p->coarse_now, memory_order_relaxed);
     gp_stream_state *asked = NULL; /* the holder last asked, and its fence's answer (one poll each) */
     uint64_t asked_done = 0;
-    for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
+    for (gp_segment *seg = p->segments_head; seg != NULL && got < limit; seg = seg->next) {
         if (seg->loans_held == 0 || (st != NULL && seg->owner != st) || seg->paused)
             continue;
         size_t pages = seg->size / p->page;
-        for (size_t i = 0; i < pages && seg->loans_held > 0; i++) {
+        for (size_t i = 0; i < pages && seg->loans_held > 0 && got < limit; i++) {
             gp_alias_loan *l = &seg->loans[i];
             gp_stream_state *holder = l->holder;
             if (holder == NULL)
@@ -934,6 +935,9 @@ size_t gp_alias_reclaim(gp_pool_state *p, gp_stream_state *st)
                 asked = holder;
                 asked_done = gp_stream_done(p, holder);
             }
+            if (idle && l->parked_seq > asked_done && wait &&
+                gp_stream_wait_upto(p, holder, l->parked_seq) == GP_OK)
+                asked_done = holder->done_seq;
             idle = idle && l->parked_seq <= asked_done;
             if (idle) {
                 holder->parked_bytes -= p->page;
@@ -950,6 +954,16 @@ size_t gp_alias_reclaim(gp_pool_state *p, gp_stream_state *st)
         }
     }
     return got;
+}
+
+size_t gp_alias_reclaim(gp_pool_state *p, gp_stream_state *st)
+{
+    return reclaim(p, st, SIZE_MAX, false);
+}
+
+size_t gp_alias_reclaim_waiting(gp_pool_state *p, size_t limit)
+{
+    return reclaim(p, NULL, limit, true);
 }
 
 /* ---- undoing aliases ---------------------------------------------------------------------------- */

@@ -48,7 +48,8 @@
  * block is freed the home stays held (its owner's blocks are not touched on the holder's free path), so
  * the holder takes the same pages again in its next step with no call at all; the owner reclaims them
  * when it misses in its own heap (gp_alias_reclaim, from the pool lock), once the holder's work on it
- * is done (its fence covers the parking: the loan's parked_seq), so that nothing queued on the holder
+ * is done (its fence covers the parking: the loan's parked_seq; past the cache cap, stitching short of
+ * free pages waits for that fence rather than grow: gp_alias_reclaim_waiting), so that nothing queued on the holder
  * can still use a page that its owner hands out again. A held page is used by one stream at a time, on
  * that stream, and changes stream only after an event says the other's work on it is done: the order a
  * borrowed block keeps. Memory stays counted at home, to the same tenant.
@@ -110,6 +111,10 @@ gp_block *gp_alias_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, s
 /* Makes the pages of st's ranges (NULL: every stream's) held for idle slots of other streams whose
  * work is done FREE in their owner's heap again; returns how many. Pool lock held, no stream lock. */
 size_t gp_alias_reclaim(gp_pool_state *p, gp_stream_state *st);
+/* As gp_alias_reclaim over every stream's ranges, `limit` pages at most, waiting where a holder's work
+ * on a parked page is still queued (its fence: the host waits for that one stream). Pool lock held, no
+ * stream lock. */
+size_t gp_alias_reclaim_waiting(gp_pool_state *p, size_t limit);
 
 /* How many whole free pages st's ordinary large ranges hold that a stitched range may alias (what
  * gp_alias_stitch chooses from). Pool lock held, st not locked. */

@@ -14,7 +14,10 @@
  * gp_stream_done), then, where those do not suffice, the others, with the wait. Which pages move
  * changes nothing in how many: the same number of pages leaves the same ranges' free memory either
  * way, only in other places, so this costs no memory and waits only when the pool holds no idle page
- * to take instead.
+ * to take instead. Pages parked with another stream's idle stitched block (alias.h: loans) are free
+ * memory too: when free pages fall short, stitching waits for their holder's fence and takes them
+ * back rather than ask the device for more (one stream's kernel against memory the workload's peak
+ * does not need).
  */
 #include <stdint.h>
 
@@ -133,7 +136,12 @@ void gp_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t pages
         size_t want = gp_div_up(after - cap, p->page);
         if (want > pages - p->pooled_count)
             want = pages - p->pooled_count;
-        if (gp_vmm_unmap_free_pages(p, want, spot, UINT64_MAX, false, &urc, NULL, st->tenant) > 0)
+        size_t got = gp_vmm_unmap_free_pages(p, want, spot, UINT64_MAX, false, &urc, NULL, st->tenant);
+        /* Short of free pages: pages parked for busy holders are free memory too, once their holder's
+         * work on them is done; waiting for that one stream beats growing past the cap. */
+        if (got < want && gp_alias_reclaim_waiting(p, want - got) > 0)
+            got += gp_vmm_unmap_free_pages(p, want - got, spot, UINT64_MAX, false, &urc, NULL, st->tenant);
+        if (got > 0)
             atomic_fetch_add(&p->num_stitches, 1);
     }
 }

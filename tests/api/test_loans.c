@@ -184,6 +184,44 @@ Test(loans, a_lent_page_goes_home_only_once_the_holder_is_done)
     free_pins(pa, pb);
 }
 
+/* The same, with b's peak past the cache cap and a's own holes taken again: the pages b lent to a's
+ * stitched block, parked with a while a's kernel on them runs, are the only free memory b could stitch.
+ * Rather than new memory for them, b waits for a's fence (one stream's kernel) and takes them back
+ * (stitch.c: gp_alias_reclaim_waiting); only what nothing free covers comes from the device. No race. */
+Test(loans, past_the_cap_a_page_parked_with_a_busy_holder_is_waited_for_not_replaced)
+{
+    open_pool(LOANS_CONFIG ",loans:on");
+    void *pa[2], *pb[2];
+    two_holes_each(pa, pb);
+    step(1);
+    step(3);
+    void *x = alloc_written(a, 3 * H, 7, 100000000);
+    cr_assert_eq(gp_free(pool, x, a), GP_OK);
+    void *a1 = alloc_written(a, H, 9, 1000), *a2 = alloc_written(a, H, 10, 1000); /* a's own holes */
+    gp_stats before = stats_now();
+    cr_assert_eq(before.reserved_bytes, 8 * H);
+    uint64_t t0 = gp_sim_now(sim);
+    void *y = alloc_written(b, 3 * H, 8, 1000);
+    gp_stats after = stats_now();
+    cr_expect_eq(after.reserved_bytes, 9 * H, "b's free hole and its page back from a, new memory for the rest only");
+    cr_expect_gt(after.num_unmap_waits, before.num_unmap_waits, "b waited for a's fence");
+    cr_expect_eq(after.num_device_syncs, before.num_device_syncs, "not for the device");
+    cr_expect_geq(gp_sim_now(sim), t0 + 100000000, "held up until a's kernel ended");
+    check_pattern(b, y, 3 * H, 8);
+    check_pattern(a, a1, H, 9);
+    check_pattern(a, a2, H, 10);
+    gp_sim_synchronize(sim);
+    gp_sim_report r;
+    gp_sim_get_report(sim, &r);
+    cr_assert_eq(r.races, 0, "%s", gp_sim_first_violation(sim));
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_free(pool, y, b), GP_OK);
+    cr_assert_eq(gp_free(pool, a1, a), GP_OK);
+    cr_assert_eq(gp_free(pool, a2, a), GP_OK);
+    gp_sim_synchronize(sim);
+    free_pins(pa, pb);
+}
+
 Test(loans, trim_gives_parked_pages_back)
 {
     open_pool(LOANS_CONFIG ",loans:on");
