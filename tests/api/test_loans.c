@@ -161,24 +161,36 @@ Test(loans, without_loans_the_pages_move_in_every_step)
     free_pins(pa, pb);
 }
 
-Test(loans, a_lent_page_goes_home_only_once_the_holder_is_done)
+/* Two steps of peaks taking turns, then a's stitched block (with pages of b) written by a 100 ms kernel
+ * and freed while it runs: those pages stay parked with a until a's kernel is done. */
+static void pages_of_b_parked_with_busy_a(void **pa, void **pb)
 {
     open_pool(LOANS_CONFIG ",loans:on");
-    void *pa[2], *pb[2];
     two_holes_each(pa, pb);
     step(1);
     step(3);
-    /* a's stitched block (with pages of b) is written by a long kernel and freed while it runs: those
-     * pages stay parked with a, and b's peak must not take them back before a's kernel is done */
     void *x = alloc_written(a, 3 * H, 7, 100000000);
     cr_assert_eq(gp_free(pool, x, a), GP_OK);
-    void *y = alloc_written(b, 3 * H, 8, 1000);
-    check_pattern(b, y, 3 * H, 8);
+}
+
+/* Once the device is idle: no race, and the pool checks. */
+static void no_race_and_consistent(void)
+{
     gp_sim_synchronize(sim);
     gp_sim_report r;
     gp_sim_get_report(sim, &r);
     cr_assert_eq(r.races, 0, "%s", gp_sim_first_violation(sim));
     cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+}
+
+/* b's peak must not take the pages parked with busy a back before a's kernel is done. */
+Test(loans, a_lent_page_goes_home_only_once_the_holder_is_done)
+{
+    void *pa[2], *pb[2];
+    pages_of_b_parked_with_busy_a(pa, pb);
+    void *y = alloc_written(b, 3 * H, 8, 1000);
+    check_pattern(b, y, 3 * H, 8);
+    no_race_and_consistent();
     cr_assert_eq(gp_free(pool, y, b), GP_OK);
     gp_sim_synchronize(sim);
     free_pins(pa, pb);
@@ -190,13 +202,8 @@ Test(loans, a_lent_page_goes_home_only_once_the_holder_is_done)
  * (stitch.c: gp_alias_reclaim_waiting); only what nothing free covers comes from the device. No race. */
 Test(loans, past_the_cap_a_page_parked_with_a_busy_holder_is_waited_for_not_replaced)
 {
-    open_pool(LOANS_CONFIG ",loans:on");
     void *pa[2], *pb[2];
-    two_holes_each(pa, pb);
-    step(1);
-    step(3);
-    void *x = alloc_written(a, 3 * H, 7, 100000000);
-    cr_assert_eq(gp_free(pool, x, a), GP_OK);
+    pages_of_b_parked_with_busy_a(pa, pb);
     void *a1 = alloc_written(a, H, 9, 1000), *a2 = alloc_written(a, H, 10, 1000); /* a's own holes */
     gp_stats before = stats_now();
     cr_assert_eq(before.reserved_bytes, 8 * H);
@@ -210,11 +217,7 @@ Test(loans, past_the_cap_a_page_parked_with_a_busy_holder_is_waited_for_not_repl
     check_pattern(b, y, 3 * H, 8);
     check_pattern(a, a1, H, 9);
     check_pattern(a, a2, H, 10);
-    gp_sim_synchronize(sim);
-    gp_sim_report r;
-    gp_sim_get_report(sim, &r);
-    cr_assert_eq(r.races, 0, "%s", gp_sim_first_violation(sim));
-    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    no_race_and_consistent();
     cr_assert_eq(gp_free(pool, y, b), GP_OK);
     cr_assert_eq(gp_free(pool, a1, a), GP_OK);
     cr_assert_eq(gp_free(pool, a2, a), GP_OK);
@@ -455,19 +458,27 @@ Test(loans, a_repair_whose_device_call_fails_loses_nothing)
     }
 }
 
+/* A loans pool where a's stitched range lies idle over its three free holes (z freed, the device idle);
+ * *pa: a's pins, *pb: b's pin. */
+static void a_stitched_range_idle_over_three_holes(void **pa, void **pb)
+{
+    open_pool(LOANS_CONFIG ",loans:on");
+    void *z;
+    a_range_with_a_third_in_use(pa, pb, &z);
+    check_pattern(a, z, H, 409);
+    gp_sim_synchronize(sim);
+    cr_assert_eq(gp_free(pool, z, a), GP_OK);
+    gp_sim_synchronize(sim);
+}
+
 /* The same trim while a runs a long kernel on a small block it has freed since (its page kept by a
  * live neighbour): the slots went idle at their own frees, stamped then, so the wait before unmapping
  * them is for a's fence at those stamps, which has completed, not at a's latest free, which would hold
  * the host until the kernel ends (drop_slot_runs). */
 Test(loans, trim_of_slots_idle_since_older_frees_does_not_wait_for_later_work)
 {
-    open_pool(LOANS_CONFIG ",loans:on");
-    void *pa[3], *pb[1], *z;
-    a_range_with_a_third_in_use(pa, pb, &z);
-    check_pattern(a, z, H, 409);
-    gp_sim_synchronize(sim);
-    cr_assert_eq(gp_free(pool, z, a), GP_OK);
-    gp_sim_synchronize(sim);
+    void *pa[3], *pb[1];
+    a_stitched_range_idle_over_three_holes(pa, pb);
     void *busy = alloc_written(a, 4096, 420, 1000000000), *keep = alloc_written(a, 4096, 421, 1000);
     cr_assert_eq(gp_free(pool, busy, a), GP_OK); /* a's kernel on it runs 1 s more */
     uint64_t t0 = gp_sim_now(sim), unmaps = gp_sim_calls(sim, GP_SIM_CALL_UNMAP);
@@ -496,13 +507,8 @@ Test(loans, trim_of_slots_idle_since_older_frees_does_not_wait_for_later_work)
  * their contents. */
 Test(loans, trim_unmaps_the_slots_of_idle_free_pages_without_waiting)
 {
-    open_pool(LOANS_CONFIG ",loans:on");
-    void *pa[3], *pb[1], *z;
-    a_range_with_a_third_in_use(pa, pb, &z);
-    check_pattern(a, z, H, 409);
-    gp_sim_synchronize(sim);
-    cr_assert_eq(gp_free(pool, z, a), GP_OK);
-    gp_sim_synchronize(sim);
+    void *pa[3], *pb[1];
+    a_stitched_range_idle_over_three_holes(pa, pb);
     uint64_t syncs = gp_sim_calls(sim, GP_SIM_CALL_DEVICE_SYNC), unmaps = gp_sim_calls(sim, GP_SIM_CALL_UNMAP);
     gp_stats before = stats_now();
     size_t released = 0;
