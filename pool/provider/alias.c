@@ -1082,8 +1082,9 @@ bool gp_alias_has_homes(const gp_pool_state *p, const gp_segment *seg, uintptr_t
     return false;
 }
 
-/* The page j of stitched range r, in use there, becomes r's own: its SHADOW home is unmapped. */
-static int own_page(gp_pool_state *p, gp_segment *r, size_t j)
+/* The page j of stitched range r, in use there, becomes r's own: its SHADOW home is unmapped. `locked`:
+ * the stream whose lock the caller holds (NULL: none, or not the home's owner). */
+static int own_page(gp_pool_state *p, gp_segment *r, size_t j, gp_stream_state *locked)
 {
     gp_alias_home *h = &r->homes[j];
     gp_stream_state *owner = h->seg->owner;
@@ -1091,7 +1092,12 @@ static int own_page(gp_pool_state *p, gp_segment *r, size_t j)
     gp_block *b = block_at(h->seg, va);
     assert(b->state == GP_BLOCK_SHADOW && b->addr == va && b->size == p->page);
     size_t done = 0;
-    int rc = gp_pages_unmap_run(p, NULL, 0, va, 1, &done); /* the home's past uses: any stream's */
+    /* Nothing has used the home address since the page went SHADOW there; its last uses at home were
+     * the owner's, up to the stamp of the free block it was cut from (other streams' were over before
+     * that block was FREE), so the owner's fence at that stamp covers them. Without the owner's lock
+     * (destroy, pause: every stream's), the device is synchronized instead. */
+    int rc = locked == owner ? gp_pages_unmap_run(p, owner, b->free_seq, va, 1, &done)
+                             : gp_pages_unmap_run(p, NULL, 0, va, 1, &done);
     atomic_fetch_add(&p->num_unmaps, done);
     if (done == 0)
         return rc;
@@ -1128,7 +1134,7 @@ int gp_alias_dissolve(gp_pool_state *p, const gp_tenant *only)
         for (size_t j = 0; j < r->size / p->page; j++) {
             if (r->homes[j].seg == NULL)
                 continue;
-            int rc = own_page(p, r, j);
+            int rc = own_page(p, r, j, NULL);
             if (rc != GP_OK)
                 return rc;
         }
@@ -1502,7 +1508,7 @@ void gp_alias_small_keep(gp_pool_state *p, gp_stream_state *st)
                         dropped = drop_slots(p, o, k, 1) == GP_OK;
             }
             if (dropped && h.seg->alias_count[h.index] == 1)
-                (void)own_page(p, r, j); /* a failure leaves it lent: nothing lost */
+                (void)own_page(p, r, j, st); /* a failure leaves it lent: nothing lost */
         }
     }
     pthread_mutex_unlock(&st->lock);
@@ -1549,7 +1555,7 @@ bool gp_alias_small_recall(gp_pool_state *p, gp_segment *seg)
                 bool idle = block_at(r, r->addr + j * p->page)->state == GP_BLOCK_SHADOW;
                 if (idle && !in_use && drop_slots(p, r, j, 1) != GP_OK)
                     return false;
-                if (!idle && in_use && (h.seg->alias_count[h.index] != 1 || own_page(p, r, j) != GP_OK))
+                if (!idle && in_use && (h.seg->alias_count[h.index] != 1 || own_page(p, r, j, NULL) != GP_OK))
                     return false;
             }
         }
