@@ -11,8 +11,8 @@
  * so), so the stream's own fence at the memory's free stamp is all there is to wait for: one model's
  * unmap does not wait for the other models' queued work, as a device synchronize did. Where the pool
  * cannot name one stream (destroy, pause and the undoing of a failed resume, where live blocks of any
- * stream may lie in the pages; a stitched range taking over a page whose home any stream may have
- * used, alias.c: own_page), or has no event to wait on, it synchronizes the device.
+ * stream may lie in the pages; a stitched range taking over its home page without the home owner's
+ * lock, alias.c: own_page), or has no event to wait on, it synchronizes the device.
  * Pool lock held; a range's blocks change under its owner's stream lock.
  */
 #include <assert.h>

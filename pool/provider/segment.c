@@ -38,6 +38,21 @@ static bool fence_record(gp_pool_state *p, gp_stream_state *st)
     return true;
 }
 
+/* st's fence in flight has completed: what it covers is idle on the device. st locked. */
+static void fence_completed(gp_stream_state *st)
+{
+    st->done_seq = st->fence_seq;
+    st->fence_recorded = false;
+}
+
+/* Whether st's fence in flight covers the uses stamped up to `seq`, recording it now where it does not
+ * (which replaces it: done_seq moves when the new one completes); false when the record fails.
+ * pre: fence_event(p, st) != NULL. st locked. */
+static bool fence_covers(gp_pool_state *p, gp_stream_state *st, uint64_t seq)
+{
+    return (st->fence_recorded && st->fence_seq >= seq) || fence_record(p, st);
+}
+
 /* Polls st's fence (provider.h: generations) and returns done_seq. st locked. */
 static uint64_t fence_poll(gp_pool_state *p, gp_stream_state *st)
 {
@@ -48,13 +63,10 @@ static uint64_t fence_poll(gp_pool_state *p, gp_stream_state *st)
     if (st->fence_recorded) {
         if (p->ops->event_query(p->ctx, st->fence) != GP_OK)
             return st->done_seq; /* still in flight: it is not recorded anew (provider.h: why) */
-        st->done_seq = st->fence_seq;
-        st->fence_recorded = false;
+        fence_completed(st);
     }
-    if (st->done_seq < st->free_seq && fence_record(p, st) && p->ops->event_query(p->ctx, st->fence) == GP_OK) {
-        st->done_seq = st->fence_seq;
-        st->fence_recorded = false;
-    }
+    if (st->done_seq < st->free_seq && fence_record(p, st) && p->ops->event_query(p->ctx, st->fence) == GP_OK)
+        fence_completed(st);
     assert(st->done_seq <= st->free_seq && (!st->fence_recorded || st->fence_seq <= st->free_seq));
     return st->done_seq;
 }
@@ -74,7 +86,7 @@ int gp_stream_wait_upto(gp_pool_state *p, gp_stream_state *st, uint64_t seq)
     assert(seq <= st->free_seq);
     if (gp_stream_done_upto(p, st, seq))
         return GP_OK;
-    if (fence_event(p, st) == NULL || ((!st->fence_recorded || st->fence_seq < seq) && !fence_record(p, st))) {
+    if (fence_event(p, st) == NULL || !fence_covers(p, st, seq)) {
         atomic_fetch_add(&p->num_device_syncs, 1);
         return p->ops->device_synchronize(p->ctx);
     }
@@ -82,22 +94,20 @@ int gp_stream_wait_upto(gp_pool_state *p, gp_stream_state *st, uint64_t seq)
     if (rc != GP_OK)
         return rc;
     atomic_fetch_add(&p->num_unmap_waits, 1);
-    st->done_seq = st->fence_seq;
-    st->fence_recorded = false;
+    fence_completed(st);
     assert(seq <= st->done_seq);
     return GP_OK;
 }
 
 /* Whether taker's stream can be made to wait for the uses of owner's blocks stamped `seq` (owner
- * locked), and with `commit` the wait: on the fence in flight when it covers seq, else on one
- * recorded now (which replaces it: done_seq moves when the new one completes). */
+ * locked), and with `commit` the wait, on the fence that covers seq (fence_covers). */
 static bool fence_wait(gp_pool_state *p, gp_stream_state *owner, gp_stream_state *taker, uint64_t seq, bool commit)
 {
     if (fence_event(p, owner) == NULL)
         return false;
     if (!commit)
         return true;
-    if ((!owner->fence_recorded || owner->fence_seq < seq) && !fence_record(p, owner))
+    if (!fence_covers(p, owner, seq))
         return false;
     if (p->ops->stream_wait_event(p->ctx, taker->handle, owner->fence) != GP_OK)
         return false;
