@@ -187,6 +187,12 @@ GP_API int gp_tenant_bind_stream(gp_pool *pool, const char *name, gp_stream stre
  * hold unspecified bytes. Allocating in a paused tenant fails with GP_ERR_PAUSED; freeing its blocks is
  * allowed. The caller makes sure no kernel uses the tenant's memory while it is paused.
  *
+ * Before it unmaps, a pause waits for the work already queued on the tenant's streams (those it
+ * allocated or freed on, or is bound to) and on streams its blocks were recorded for
+ * (gp_record_stream), and for nothing else: other models' kernels keep running, and the contents are
+ * copied on a stream of the pool's own. Memory used on a stream the pool was never told of must be
+ * ordered by the caller (the same contract as stream-ordered reuse, and as Tensor.record_stream).
+ *
  * A pause that fails (a device call fails part-way) keeps the contents, with or without
  * GP_PAUSE_KEEP_CONTENTS: the pages already unmapped are mapped back with their own physical memory,
  * which is given back only once every unmap has succeeded, and the error says "rolled back" — the
@@ -260,9 +266,9 @@ GP_API int gp_tenant_name(gp_pool *pool, size_t index, char *buf, size_t len);
     X(num_maps, COUNT, "vmm backends: pages mapped")                                                           \
     X(num_unmaps, COUNT, "vmm backends: pages unmapped")                                                       \
     X(num_unmap_waits, COUNT, "vmm backends: host waits for one stream's queued work before unmapping "        \
-                              "its free pages (cuMemUnmap does not wait)")                                    \
+                              "its free pages, or a paused tenant's (cuMemUnmap does not wait)")              \
     X(num_device_syncs, COUNT, "vmm backends: device synchronizes before unmapping where no one stream "     \
-                               "can be named (destroy, pause; every stream's queued work)")                   \
+                               "can be named (destroy; every stream's queued work)")                          \
     X(num_stitches, COUNT, "vmm backends: requests served by moving cached free pages into a new range")       \
     X(idle_released_bytes, BYTES, "bytes given back by idle_release and release_threshold")                    \
     X(paused_bytes, BYTES, "blocks of paused tenants, which hold no device memory while paused: "             \

@@ -11,6 +11,10 @@
  * Staging is keyed by block (gp_staging_stage): resume copies back exactly the blocks that are still
  * live, each from its own offset, so a block freed while paused shifts nothing.
  *
+ * What a pause waits for: the work queued on the tenant's own streams and on streams its blocks were
+ * recorded for (drain_tenant), never the whole device, so that pausing an idle model does not stall the
+ * models still serving; the staging copies run on the backend's own copy stream (backend.h).
+ *
  * A pause is done in two phases, so that a failure at any page loses nothing:
  *   1. unmap every in-use page of the tenant's ranges, keeping each page's physical handle aside
  *      (gp_vmm_pause_range);
@@ -54,6 +58,44 @@ static bool tenant_range(const gp_segment *seg, const gp_tenant *t)
     return seg->owner->tenant == t && seg->pages != NULL;
 }
 
+/* Marks st for drain_tenant (index into the table's order of first sight). */
+static void mark(bool *marked, const gp_stream_state *st)
+{
+    marked[st->index] = true;
+}
+
+/*
+ * Waits for the work that may still use t's memory, and for no other model's: the work queued so far
+ * on t's streams (its blocks are handed out on them, borrowed only among them) and on the streams its
+ * blocks were recorded for (gp_record_stream, as Tensor.record_stream; other tenants' streams
+ * included). That is what stream-ordered reuse already relies on: memory used on a stream the pool
+ * was never told of is the caller's to order, here as for reuse. Each stream's fence is recorded and
+ * synchronized (gp_stream_drain), so after this every wait before an unmap of t's pages (dissolving
+ * its stitched ranges, the pause's own unmaps) is over at once. Every lock held; nothing changes on
+ * failure but the fences' bookkeeping.
+ */
+static int drain_tenant(gp_pool_state *p, const gp_tenant *t)
+{
+    unsigned count = atomic_load(&p->streams.count);
+    bool *marked = calloc(count > 0 ? count : 1, sizeof *marked);
+    if (marked == NULL)
+        return gp_error_set(GP_ERR_OOM, "out of host memory to list %u streams", count);
+    for (unsigned i = 0; i < count; i++)
+        if (p->streams.by_index[i]->tenant == t)
+            mark(marked, p->streams.by_index[i]);
+    for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next)
+        if (tenant_range(seg, t))
+            for (gp_block *b = seg->first; b != NULL; b = b->next)
+                for (unsigned u = 0; u < b->use_count; u++)
+                    mark(marked, gp_block_uses(b)[u]);
+    int rc = GP_OK;
+    for (unsigned i = 0; i < count && rc == GP_OK; i++)
+        if (marked[i])
+            rc = gp_stream_drain(p, p->streams.by_index[i]);
+    free(marked);
+    return rc;
+}
+
 /* Undoes phase 1 (every lock held): maps every held handle back where it was. Returns the pages that
  * could not be mapped back; their handles go back to the device and their ranges stay paused. */
 static size_t roll_back(gp_pool_state *p, gp_held_page *held, size_t nheld)
@@ -95,7 +137,9 @@ GP_API int gp_tenant_pause(gp_pool *pool, const char *name, unsigned flags)
     int trimmed; /* its cache goes back first, so that resume maps only what live blocks need */
     p->provider->release_tenant(p, t, SIZE_MAX, &trimmed);
     gp_lock_all_streams(p);
-    rc = gp_alias_dissolve(p, t); /* one address per page, so that a page is unmapped once */
+    rc = drain_tenant(p, t);
+    if (rc == GP_OK)
+        rc = gp_alias_dissolve(p, t); /* one address per page, so that a page is unmapped once */
     size_t capacity = 0;
     for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next)
         if (tenant_range(seg, t))

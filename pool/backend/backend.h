@@ -143,8 +143,10 @@ typedef struct gp_backend_ops {
 
     /* ---- copies and pinned host memory (pausing tenants with their contents) --------------------- */
 
-    /* Copies device memory to the host or back, synchronously, after all device work queued so far
-     * (cudaMemcpy semantics). pre: the device range is mapped / allocated. */
+    /* Copies device memory to the host or back, synchronously (done on return), waiting for no other
+     * device work: the cuda backends copy on a non-blocking stream of their own. pre: the device range
+     * is mapped / allocated, and no queued work uses it any more (the pool drains the streams that
+     * use it first, api/pause.c); a kernel still using it would race the copy. */
     int (*copy_to_host)(void *ctx, void *host, gp_devptr src, size_t size);
     int (*copy_to_device)(void *ctx, gp_devptr dst, const void *host, size_t size);
     /* Page-locked host memory (cudaHostAlloc; plain pages on the sim): for the staging arena's extents. */

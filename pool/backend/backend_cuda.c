@@ -9,7 +9,8 @@
  * operation makes the pool's device current for its duration and restores the caller's device after
  * (device_enter / device_leave); the set is skipped when the device is already current, which is the
  * common case and costs one cudaGetDevice, except on a thread's first call (a thread that never called
- * cudaSetDevice has no current context, which driver calls need). The context is immutable after open(), so no lock is needed.
+ * cudaSetDevice has no current context, which driver calls need). The context is immutable after
+ * open(), so no lock is needed, except around the copy stream it points to (gp_cuda_copies).
  *
  * Errors: each failure message names the runtime call, its arguments (size, pointer, stream, event)
  * and the runtime's cudaGetErrorName / cudaGetErrorString. A non-sticky error this file caused is
@@ -24,6 +25,7 @@
  * The operations are shared with the "vmm" backend (backend_vmm.c) through backend_cuda.h: they take
  * any context that begins with a gp_cuda_ctx.
  */
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -34,6 +36,12 @@
 #include "backend/backend_cuda.h"
 #include "base/error.h"
 #include "base/format.h"
+
+/* The pool's copy stream (see gp_cuda_copies_close, below). */
+struct gp_cuda_copies {
+    pthread_mutex_t lock; /* over `stream`: made once, used by one copy at a time */
+    cudaStream_t stream;  /* NULL until the first copy */
+};
 
 /* cudaMalloc guarantees at least 256 bytes; the pool promises its callers 512. */
 #define GP_CUDA_ALIGNMENT 512u
@@ -138,6 +146,10 @@ int gp_cuda_open_device(const char *name, int device, gp_cuda_ctx *out)
                             "%s backend unavailable: cudaFree(NULL) to initialise device %d: %s: %s",
                             name, device, cudaGetErrorName(err), cudaGetErrorString(err));
     }
+    probe.copies = calloc(1, sizeof *probe.copies);
+    if (probe.copies == NULL)
+        return gp_error_set(GP_ERR_OOM, "%s backend: out of host memory for its copy stream's state", name);
+    pthread_mutex_init(&probe.copies->lock, NULL);
     *out = probe;
     return GP_OK;
 }
@@ -150,18 +162,22 @@ static int cuda_open(const struct gp_config *cfg, int device, void **out)
     if (rc != GP_OK)
         return rc;
     gp_cuda_ctx *ctx = malloc(sizeof *ctx);
-    if (ctx == NULL)
+    if (ctx == NULL) {
+        gp_cuda_copies_close(&probe);
         return gp_error_set(GP_ERR_OOM, "cuda backend: out of host memory for its context (%zu bytes)",
                             sizeof *ctx);
+    }
     *ctx = probe;
     *out = ctx;
     return GP_OK;
 }
 
 /* pre: the pool has freed every allocation and destroyed every event. Nothing is called on the
- * device: the primary context stays for the application (and for other pools on the device). */
+ * device but the copy stream's destroy (when a copy made one): the primary context stays for the
+ * application (and for other pools on the device). */
 static void cuda_close(void *ctx)
 {
+    gp_cuda_copies_close(ctx);
     free(ctx);
 }
 
@@ -389,41 +405,82 @@ int gp_cuda_stream_capturing(void *opaque, gp_stream stream, int *capturing)
     return GP_OK;
 }
 
-/* Synchronous copies (cudaMemcpy waits for prior work on the legacy default stream and blocks). */
-int gp_cuda_copy_to_host(void *opaque, void *host, gp_devptr src, size_t size)
+/*
+ * The pool's copies (staging a paused tenant's contents, api/pause.c) run on a stream of their own,
+ * created non-blocking: a cudaMemcpy on the legacy default stream would wait for the work of every
+ * blocking stream, that is every model's that runs on the default stream, and the pool waits instead
+ * for the tenant's own streams before it copies (backend.h). Each copy is synchronous on the host
+ * (cudaMemcpyAsync, then cudaStreamSynchronize of that stream only), so that its bytes are in place
+ * when it returns and the staging buffer may be reused or freed. (struct gp_cuda_copies: above.)
+ */
+void gp_cuda_copies_close(gp_cuda_ctx *ctx)
 {
-    const gp_cuda_ctx *ctx = opaque;
+    if (ctx->copies == NULL)
+        return;
+    if (ctx->copies->stream != NULL) {
+        int prev = -1;
+        if (gp_cuda_device_enter(ctx, "close", &prev) == GP_OK) {
+            gp_cuda_clear_own_error(cudaStreamDestroy(ctx->copies->stream));
+            gp_cuda_device_leave(ctx, prev);
+        }
+    }
+    pthread_mutex_destroy(&ctx->copies->lock);
+    free(ctx->copies);
+    ctx->copies = NULL;
+}
+
+/* One copy of `size` bytes on the copy stream (ctx's device current, copies locked): its call failed
+ * or the copy completed. *call names the call that failed. */
+static cudaError_t copy_locked(struct gp_cuda_copies *c, void *dst, const void *src, size_t size,
+                               enum cudaMemcpyKind kind, const char **call)
+{
+    cudaError_t err = cudaSuccess;
+    *call = "cudaStreamCreateWithFlags(cudaStreamNonBlocking)";
+    if (c->stream == NULL) {
+        cudaStream_t made = NULL;
+        err = cudaStreamCreateWithFlags(&made, cudaStreamNonBlocking);
+        if (err == cudaSuccess)
+            c->stream = made;
+    }
+    if (err == cudaSuccess) {
+        *call = "cudaMemcpyAsync";
+        err = cudaMemcpyAsync(dst, src, size, kind, c->stream);
+    }
+    if (err == cudaSuccess) {
+        *call = "cudaStreamSynchronize";
+        err = cudaStreamSynchronize(c->stream);
+    }
+    return err;
+}
+
+static int copy(gp_cuda_ctx *ctx, void *dst, const void *src, size_t size, enum cudaMemcpyKind kind)
+{
+    bool to_device = kind == cudaMemcpyHostToDevice;
     int prev = -1;
-    int rc = gp_cuda_device_enter(ctx, "copy_to_host", &prev);
+    int rc = gp_cuda_device_enter(ctx, to_device ? "copy_to_device" : "copy_to_host", &prev);
     if (rc != GP_OK)
         return rc;
-    cudaError_t err = cudaDeviceSynchronize();
-    if (err == cudaSuccess)
-        err = cudaMemcpy(host, (const void *)src, size, cudaMemcpyDeviceToHost);
+    const char *call = "";
+    pthread_mutex_lock(&ctx->copies->lock);
+    cudaError_t err = copy_locked(ctx->copies, dst, src, size, kind, &call);
+    pthread_mutex_unlock(&ctx->copies->lock);
     gp_cuda_clear_own_error(err);
     gp_cuda_device_leave(ctx, prev);
     if (err != cudaSuccess)
-        return gp_error_set(GP_ERR_DEVICE, "cudaMemcpy(device %p -> host, %zu bytes) on device %d: %s: %s",
-                            (void *)src, size, ctx->device, cudaGetErrorName(err), cudaGetErrorString(err));
+        return gp_error_set(GP_ERR_DEVICE, "%s in a copy (%s %p, %zu bytes) on device %d: %s: %s", call,
+                            to_device ? "host -> device" : "device -> host", to_device ? dst : (void *)src, size,
+                            ctx->device, cudaGetErrorName(err), cudaGetErrorString(err));
     return GP_OK;
+}
+
+int gp_cuda_copy_to_host(void *opaque, void *host, gp_devptr src, size_t size)
+{
+    return copy(opaque, host, (const void *)src, size, cudaMemcpyDeviceToHost);
 }
 
 int gp_cuda_copy_to_device(void *opaque, gp_devptr dst, const void *host, size_t size)
 {
-    const gp_cuda_ctx *ctx = opaque;
-    int prev = -1;
-    int rc = gp_cuda_device_enter(ctx, "copy_to_device", &prev);
-    if (rc != GP_OK)
-        return rc;
-    cudaError_t err = cudaMemcpy((void *)dst, host, size, cudaMemcpyHostToDevice);
-    if (err == cudaSuccess)
-        err = cudaDeviceSynchronize();
-    gp_cuda_clear_own_error(err);
-    gp_cuda_device_leave(ctx, prev);
-    if (err != cudaSuccess)
-        return gp_error_set(GP_ERR_DEVICE, "cudaMemcpy(host -> device %p, %zu bytes) on device %d: %s: %s",
-                            (void *)dst, size, ctx->device, cudaGetErrorName(err), cudaGetErrorString(err));
-    return GP_OK;
+    return copy(opaque, (void *)dst, host, size, cudaMemcpyHostToDevice);
 }
 
 int gp_cuda_host_alloc(void *opaque, size_t size, void **out)

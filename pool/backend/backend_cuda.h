@@ -18,6 +18,9 @@
 typedef struct gp_cuda_ctx {
     int device;
     const char *name;
+    /* The stream of the pool's own copies (staging a paused tenant's contents), created at the first
+     * copy and destroyed at close; the pointer is set at open, what it points to is locked. */
+    struct gp_cuda_copies *copies;
 } gp_cuda_ctx;
 
 /* Clears `err` from the calling thread's runtime error state when it is the pending one (i.e. the
@@ -54,9 +57,12 @@ int gp_cuda_event_synchronize(void *ctx, gp_event ev);
 int gp_cuda_stream_wait_event(void *ctx, gp_stream stream, gp_event ev);
 int gp_cuda_stream_capturing(void *ctx, gp_stream stream, int *capturing);
 
+/* Copies on the pool's own non-blocking stream, so that they wait for no one's work (backend.h); the
+ * stream is made at the first copy. gp_cuda_copies_close destroys it (close()). */
 int gp_cuda_copy_to_host(void *ctx, void *host, gp_devptr src, size_t size);
 int gp_cuda_copy_to_device(void *ctx, gp_devptr dst, const void *host, size_t size);
 int gp_cuda_host_alloc(void *ctx, size_t size, void **out);
 int gp_cuda_host_free(void *ctx, void *ptr, size_t size);
+void gp_cuda_copies_close(gp_cuda_ctx *ctx);
 
 #endif /* GP_BACKEND_CUDA_H */

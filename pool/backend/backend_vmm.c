@@ -74,6 +74,7 @@ static int vmm_open(const struct gp_config *cfg, int device, void **out)
     int prev = -1;
     rc = gp_cuda_device_enter(&probe.cuda, "open", &prev);
     if (rc != GP_OK) {
+        gp_cuda_copies_close(&probe.cuda);
         gp_error_append(" (vmm backend unavailable for device %d)", device);
         return GP_ERR_BACKEND;
     }
@@ -86,6 +87,7 @@ static int vmm_open(const struct gp_config *cfg, int device, void **out)
         if (res != CUDA_SUCCESS)
             gp_vmm_driver_error(res, &name, &text);
         /* CUDA_ERROR_NOT_SUPPORTED: a device without virtual memory management */
+        gp_cuda_copies_close(&probe.cuda);
         return gp_error_set(GP_ERR_BACKEND,
                             "vmm backend unavailable: cuMemGetAllocationGranularity(type=PINNED, "
                             "location=device %d, MINIMUM): %s: %s",
@@ -94,17 +96,21 @@ static int vmm_open(const struct gp_config *cfg, int device, void **out)
     probe.granularity = granularity;
 
     gp_vmm_ctx *ctx = malloc(sizeof *ctx);
-    if (ctx == NULL)
+    if (ctx == NULL) {
+        gp_cuda_copies_close(&probe.cuda);
         return gp_error_set(GP_ERR_OOM, "vmm backend: out of host memory for its context (%zu bytes)",
                             sizeof *ctx);
+    }
     *ctx = probe;
     *out = ctx;
     return GP_OK;
 }
 
-/* pre: the pool has unmapped and released everything. The primary context stays. */
+/* pre: the pool has unmapped and released everything. The primary context stays; the copy stream,
+ * if a copy made one, is destroyed. */
 static void vmm_close(void *ctx)
 {
+    gp_cuda_copies_close(ctx);
     free(ctx);
 }
 

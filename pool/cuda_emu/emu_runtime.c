@@ -479,36 +479,55 @@ static bool copyable(int device, uintptr_t ptr, size_t len)
     return true;
 }
 
-cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
+/* A copy between host and device on stream s (NULL: the legacy stream), done on return: the stream's
+ * queued work runs first (stream order). A kernel of another stream still using the range races the
+ * copy (the emulation's streams do not sync with the legacy stream): a violation, after which the
+ * device runs its work out so that the simulated device (whose copy refuses a range in use) copies. */
+static cudaError_t copy_on(const char *call, void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
+                           cudaStream_t stream)
 {
     gpemu_lock();
     int device = 0;
-    cudaError_t err = enter_device("cudaMemcpy", &device);
+    cudaError_t err = enter_device(call, &device);
     if (err == cudaSuccess)
-        err = gpemu_capture_unsafe("cudaMemcpy");
+        err = gpemu_capture_unsafe(call);
+    struct CUstream_st *s = err == cudaSuccess ? gpemu_stream(stream, call, &err) : NULL;
     if (err == cudaSuccess && kind != cudaMemcpyHostToDevice && kind != cudaMemcpyDeviceToHost)
         err = cudaErrorNotSupported; /* the pool copies only between host and device */
     uintptr_t dev = kind == cudaMemcpyHostToDevice ? (uintptr_t)dst : (uintptr_t)src;
     if (err == cudaSuccess && count > 0 && !copyable(device, dev, count)) {
-        gpemu_violation_locked(GPEMU_RULE_KERNEL_MEMORY, "cudaMemcpy of %zu bytes at device address %p: not allocated, "
-                               "not mapped, or without access on device %d", count, (void *)dev, device);
+        gpemu_violation_locked(GPEMU_RULE_KERNEL_MEMORY, "%s of %zu bytes at device address %p: not allocated, "
+                               "not mapped, or without access on device %d", call, count, (void *)dev, device);
         gpemu_make_sticky(device, cudaErrorIllegalAddress);
         err = cudaErrorIllegalAddress;
     }
+    void *ctx = err == cudaSuccess ? g_emu.devices[device].ctx : NULL;
+    if (err == cudaSuccess)
+        gp_sim_stream_synchronize(g_emu.devices[device].sim, s->sim);
     if (err == cudaSuccess && count > 0 && gpemu_in_flight(device, dev, count)) {
-        /* cudaMemcpy is ordered on the legacy stream only; a kernel of another stream still using the
-         * range races the copy (the emulation's streams do not sync with the legacy stream) */
-        gpemu_violation_locked(GPEMU_RULE_UNMAP_IN_FLIGHT, "cudaMemcpy of [%p, +%zu) while a kernel still uses it",
-                               (void *)dev, count);
+        gpemu_violation_locked(GPEMU_RULE_UNMAP_IN_FLIGHT, "%s of [%p, +%zu) while a kernel of another stream "
+                               "still uses it", call, (void *)dev, count);
+        (void)sim_ops()->device_synchronize(ctx);
     }
     if (err == cudaSuccess && count > 0) {
-        void *ctx = g_emu.devices[device].ctx;
         int rc = kind == cudaMemcpyHostToDevice ? sim_ops()->copy_to_device(ctx, dev, src, count)
                                                 : sim_ops()->copy_to_host(ctx, dst, dev, count);
         err = gpemu_from_gp(rc);
     }
     gpemu_unlock();
     return gpemu_error(err);
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
+{
+    return copy_on("cudaMemcpy", dst, src, count, kind, NULL);
+}
+
+/* The emulation completes the copy at once, in stream order (see copy_on); the pool's copies then
+ * synchronize the stream, which finds it idle. */
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream)
+{
+    return copy_on("cudaMemcpyAsync", dst, src, count, kind, stream);
 }
 
 cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)

@@ -1095,7 +1095,7 @@ static int own_page(gp_pool_state *p, gp_segment *r, size_t j, gp_stream_state *
     /* Nothing has used the home address since the page went SHADOW there; its last uses at home were
      * the owner's, up to the stamp of the free block it was cut from (other streams' were over before
      * that block was FREE), so the owner's fence at that stamp covers them. Without the owner's lock
-     * (destroy, pause: every stream's), the device is synchronized instead. */
+     * the device is synchronized instead. */
     int rc = locked == owner ? gp_pages_unmap_run(p, owner, b->free_seq, va, 1, &done)
                              : gp_pages_unmap_run(p, NULL, 0, va, 1, &done);
     atomic_fetch_add(&p->num_unmaps, done);
@@ -1134,7 +1134,7 @@ int gp_alias_dissolve(gp_pool_state *p, const gp_tenant *only)
         for (size_t j = 0; j < r->size / p->page; j++) {
             if (r->homes[j].seg == NULL)
                 continue;
-            int rc = own_page(p, r, j, NULL);
+            int rc = own_page(p, r, j, r->homes[j].seg->owner); /* every lock is held */
             if (rc != GP_OK)
                 return rc;
         }

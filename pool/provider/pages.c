@@ -184,8 +184,7 @@ int gp_pages_quiesce(gp_pool_state *p, gp_stream_state *user, uint64_t seq)
     return p->ops->device_synchronize(p->ctx);
 }
 
-/* The n mappings from va unmapped with no wait (pre: gp_pages_quiesce ran for them). */
-static int unmap_run_quiesced(gp_pool_state *p, uintptr_t va, size_t n, size_t *done)
+int gp_pages_unmap_quiesced(gp_pool_state *p, uintptr_t va, size_t n, size_t *done)
 {
     *done = 0;
     if (p->ops->unmap_run != NULL)
@@ -202,7 +201,7 @@ int gp_pages_unmap_run(gp_pool_state *p, gp_stream_state *user, uint64_t seq, ui
 {
     *done = 0;
     int rc = gp_pages_quiesce(p, user, seq);
-    return rc != GP_OK ? rc : unmap_run_quiesced(p, va, n, done);
+    return rc != GP_OK ? rc : gp_pages_unmap_quiesced(p, va, n, done);
 }
 
 int gp_pages_unmap_list(gp_pool_state *p, gp_stream_state *user, uint64_t seq, const uintptr_t *vas, size_t n,
@@ -218,7 +217,7 @@ int gp_pages_unmap_list(gp_pool_state *p, gp_stream_state *user, uint64_t seq, c
         size_t run = 1, unmapped = 0;
         while (*done + run < n && vas[*done + run] == vas[*done] + run * p->page)
             run++;
-        rc = unmap_run_quiesced(p, vas[*done], run, &unmapped);
+        rc = gp_pages_unmap_quiesced(p, vas[*done], run, &unmapped);
         *done += unmapped;
         if (rc != GP_OK)
             return rc;

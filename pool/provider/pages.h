@@ -42,6 +42,10 @@ int gp_pages_quiesce(gp_pool_state *p, gp_stream_state *user, uint64_t seq);
  * backend's unmap_run or page by page. *done receives the pages unmapped, always the first ones; a
  * failure stops there (the rest stay mapped). Counts nothing: the caller accounts for the pages. */
 int gp_pages_unmap_run(gp_pool_state *p, gp_stream_state *user, uint64_t seq, uintptr_t va, size_t n, size_t *done);
+/* As gp_pages_unmap_run with no wait, where the caller has already waited for every stream whose work
+ * may use the pages (a pause: its tenant's streams, gp_stream_drain) or no work has seen them (an
+ * undone resume: the pool's own synchronous copies only). */
+int gp_pages_unmap_quiesced(gp_pool_state *p, uintptr_t va, size_t n, size_t *done);
 /* Unmaps the n mappings of one page each at vas[0..n), anywhere, after one gp_pages_quiesce(user,
  * seq): with the backend's unmap_pages or else one run per run of consecutive addresses. As
  * gp_pages_unmap_run: *done receives the pages unmapped, always the first ones. */

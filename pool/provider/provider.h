@@ -106,6 +106,16 @@ bool gp_stream_done_upto(gp_pool_state *p, gp_stream_state *st, uint64_t seq);
  */
 int gp_stream_wait_upto(gp_pool_state *p, gp_stream_state *st, uint64_t seq);
 
+/*
+ * Blocks the host until all work queued on st's stream so far has completed, not only the uses of
+ * what st freed: its fence is recorded now and synchronized (so done_seq reaches free_seq). For a
+ * pause, whose unmaps take live blocks' pages too: their uses are the work queued on their tenant's
+ * streams (and on streams recorded for them), and no other. Without an event to be had, or while a
+ * graph is captured, a device synchronize instead. Counts num_unmap_waits. GP_OK or the backend's
+ * error. st locked. (provider/segment.c)
+ */
+int gp_stream_drain(gp_pool_state *p, gp_stream_state *st);
+
 /* done_seq after polling st's fence: the blocks st freed stamped up to it are idle on the device. */
 uint64_t gp_stream_done(gp_pool_state *p, gp_stream_state *st);
 

@@ -99,6 +99,21 @@ int gp_stream_wait_upto(gp_pool_state *p, gp_stream_state *st, uint64_t seq)
     return GP_OK;
 }
 
+int gp_stream_drain(gp_pool_state *p, gp_stream_state *st)
+{
+    if (fence_event(p, st) == NULL || !fence_record(p, st)) {
+        atomic_fetch_add(&p->num_device_syncs, 1);
+        return p->ops->device_synchronize(p->ctx);
+    }
+    int rc = p->ops->event_synchronize(p->ctx, st->fence);
+    if (rc != GP_OK)
+        return rc; /* the record stays in flight; a later poll completes it */
+    atomic_fetch_add(&p->num_unmap_waits, 1);
+    fence_completed(st);
+    assert(st->done_seq == st->free_seq);
+    return GP_OK;
+}
+
 /* Whether taker's stream can be made to wait for the uses of owner's blocks stamped `seq` (owner
  * locked), and with `commit` the wait, on the fence that covers seq (fence_covers). */
 static bool fence_wait(gp_pool_state *p, gp_stream_state *owner, gp_stream_state *taker, uint64_t seq, bool commit)

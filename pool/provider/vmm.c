@@ -1012,14 +1012,15 @@ int gp_vmm_unmap_resumed(gp_pool_state *p, gp_held_page *mapped, size_t n, size_
 {
     *undone = 0;
     while (*undone < n) {
-        /* a run: consecutive pages of one range, unmapped after one device synchronize */
+        /* a run: consecutive pages of one range. No work uses them: the tenant is paused, and the pool's
+         * copies into them (staging) returned only once done. */
         const gp_held_page *first = &mapped[*undone];
         size_t run = 1;
         while (*undone + run < n && mapped[*undone + run].seg == first->seg &&
                mapped[*undone + run].index == first->index + run)
             run++;
         size_t done = 0;
-        int rc = gp_pages_unmap_run(p, NULL, 0, first->seg->addr + first->index * p->page, run, &done);
+        int rc = gp_pages_unmap_quiesced(p, first->seg->addr + first->index * p->page, run, &done);
         atomic_fetch_add(&p->num_unmaps, done);
         for (size_t k = 0; k < done; k++) {
             gp_held_page *h = &mapped[*undone + k];
@@ -1044,12 +1045,12 @@ int gp_vmm_pause_range(gp_pool_state *p, gp_segment *seg, gp_held_page *held, si
             i++;
             continue;
         }
-        /* a run of consecutive mapped pages, unmapped after one device synchronize */
+        /* a run of consecutive mapped pages; the tenant's streams are drained (api/pause.c) */
         size_t n = 1;
         while (i + n < pages && seg->pages[i + n] != GP_PHYS_NONE && page_in_use(seg, va + n * p->page))
             n++;
         size_t done = 0;
-        int rc = gp_pages_unmap_run(p, NULL, 0, va, n, &done);
+        int rc = gp_pages_unmap_quiesced(p, va, n, &done);
         atomic_fetch_add(&p->num_unmaps, done);
         for (size_t k = 0; k < done; k++, i++)
             held[(*nheld)++] = (gp_held_page){seg, i, unmapped_page(p, seg, i)}; /* the ledger: at commit */

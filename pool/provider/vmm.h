@@ -37,7 +37,8 @@ typedef struct gp_held_page {
 /*
  * Pausing, phase 1: unmaps every in-use page of seg that has memory (marking each GP_PHYS_NONE, the
  * range `paused`) and appends its handle to held[] (room for seg->mapped_bytes / page more), stopping
- * at a failure. The handles are given back by the caller once every range is done (gp_page_release),
+ * at a failure. It waits for nothing: pre, the streams whose work may use seg are drained (api/pause.c).
+ * The handles are given back by the caller once every range is done (gp_page_release),
  * or mapped back where they were (gp_vmm_map_back, which unpauses the range once it is whole again):
  * the physical memory never left, so the contents are intact. A range that gave up no page (nothing
  * in use in it, or its first unmap failed) is seen by no gp_vmm_map_back: the rollback unpauses it.

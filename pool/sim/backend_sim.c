@@ -587,8 +587,10 @@ static int sim_unmap_pages(void *ctx, const gp_devptr *vas, size_t page, size_t 
     return rc;
 }
 
-/* A copy between the host and device memory: after all queued work (cudaMemcpy), through the same
- * range checks as a kernel; the pieces of a virtual range are copied one mapping at a time. */
+/* A copy between the host and device memory, through the same range checks as a kernel; the pieces of
+ * a virtual range are copied one mapping at a time. It waits for no queued work (backend.h: the cuda
+ * backends copy on a stream of their own), so a copy of a range a queued kernel still uses is a bad
+ * call: the pool must have waited for the streams that use it. Other streams' work stays queued. */
 static int sim_copy(gp_sim *sim, gp_devptr dev, void *host, size_t size, bool to_device)
 {
     lock(sim);
@@ -600,10 +602,11 @@ static int sim_copy(gp_sim *sim, gp_devptr dev, void *host, size_t size, bool to
     if (rc == GP_OK && sim->vmm != NULL && gpsim_vmm_translate(sim->vmm, dev, size, &pieces, &piece_count) != GP_OK)
         rc = bad_call(sim, "copy of unmapped memory: [0x%" PRIxPTR ",+%zu)", dev, size);
     free(pieces);
-    if (rc == GP_OK) {
-        gpsim_run_all(sim);
+    if (rc == GP_OK && gpsim_range_in_flight(sim, dev, size))
+        rc = bad_call(sim, "copy under work in flight: %s of [0x%" PRIxPTR ",+%zu) while a queued kernel still "
+                           "uses the range", to_device ? "copy_to_device" : "copy_to_host", dev, size);
+    if (rc == GP_OK)
         gpsim_copy(sim->memory.host_page_size ? sim->memory.host_page_size : 4096, dev, host, size, to_device);
-    }
     unlock(sim);
     return rc;
 }

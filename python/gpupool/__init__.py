@@ -385,7 +385,8 @@ def bind_stream(stream: Any, name: str | None, device: Any = None) -> None:
 def pause(name: str, keep_contents: bool = True, device: Any = None) -> None:
     """Releases tenant `name`'s physical memory, keeping its addresses (vmm and sim-vmm backends only).
     keep_contents copies its live blocks to pinned host memory first, and back on resume(). No kernel
-    may use the tenant's memory while it is paused (gpupool.torch.pause synchronises the device)."""
+    may use the tenant's memory while it is paused. The pool waits first for the work queued on the
+    tenant's streams and on streams its blocks were recorded for, and for no other work."""
     flags = _lib.GP_PAUSE_KEEP_CONTENTS if keep_contents else 0
     _check(_lib.load().gp_tenant_pause(_pool(device), _name(name), flags))
 

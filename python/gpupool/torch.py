@@ -311,12 +311,14 @@ def bind_stream(stream: Any, name: str | None, device: Any = None) -> None:
     _gp.bind_stream(stream, name, device=None if device is None else _cuda_device(device))
 
 
-def pause(name: str, keep_contents: bool = True, device: Any = None) -> None:
+def pause(name: str, keep_contents: bool = True, device: Any = None, synchronize: bool = False) -> None:
     """Releases tenant `name`'s physical memory and keeps its addresses (GPUPOOL_CONF backend:vmm).
-    Waits for the device first, so that no queued kernel still uses the memory; the caller must not
-    launch work on the tenant's tensors until resume()."""
+    The pool first waits for the work queued on the streams the tenant allocated or freed on (and on
+    streams its tensors were recorded for with Tensor.record_stream), not for other models' work; the
+    caller must not launch work on the tenant's tensors until resume(). synchronize=True waits for the
+    whole device first (torch.cuda.synchronize), for tensors used on a stream the pool never saw."""
     dev = None if device is None else _cuda_device(device)
-    if _torch.cuda.is_initialized():
+    if synchronize and _torch.cuda.is_initialized():
         _torch.cuda.synchronize(dev)
     _gp.pause(name, keep_contents=keep_contents, device=dev)
 

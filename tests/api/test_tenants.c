@@ -340,14 +340,16 @@ Test(tenants, pause_fault_rolls_back)
     cr_assert_eq(gp_free(pool, p, s), GP_OK);
 }
 
-/* A pause whose very first unmap fails (its device synchronize) holds no page of that range back:
- * the rollback must still unpause the range, or it stays flagged paused with its memory mapped, skipped
- * by trims, steals and the statistics' walk (found by fuzz_api through the peak composition's sum). */
+/* A pause whose very first unmap fails holds no page of that range back: the rollback must still
+ * unpause the range, or it stays flagged paused with its memory mapped, skipped by trims, steals and
+ * the statistics' walk (found by fuzz_api through the peak composition's sum). The cache is trimmed
+ * first, so that the pause's first unmap is the range's. */
 Test(tenants, pause_failing_before_any_unmap_leaves_no_range_paused)
 {
     void *p;
     gp_stream s = tenant_m_with_a_block(&p);
-    pause_m_rolls_back(1, GP_SIM_CALL_DEVICE_SYNC, 0);
+    cr_assert_eq(gp_trim(pool, 0, NULL), GP_OK);
+    pause_m_rolls_back(1, GP_SIM_CALL_UNMAP, 0);
     gp_stats st = {.size = sizeof st, .version = GP_STATS_VERSION};
     cr_assert_eq(gp_get_stats(pool, &st), GP_OK);
     gp_breakdown b = {.size = sizeof b, .version = GP_BREAKDOWN_VERSION};
@@ -370,9 +372,80 @@ Test(tenants, pause_failing_on_a_later_range_leaves_no_range_paused)
     cr_assert_eq(gp_alloc(pool, &p, 9 * MIB, s), GP_OK);
     cr_assert_eq(gp_free(pool, small, s), GP_OK);
     gp_sim_synchronize(sim);
-    /* the pause trims the small range's free page first (after m's fence: no device synchronize), then
-     * fails on the large one's synchronize */
-    pause_m_rolls_back(1, GP_SIM_CALL_DEVICE_SYNC, 0);
+    /* the pause trims the small range's free page first (unmap 1), then fails on the large one's first
+     * unmap (2) */
+    pause_m_rolls_back(2, GP_SIM_CALL_UNMAP, 0);
+    free_and_trim_to_nothing(p, s);
+}
+
+/* A pause waits for the work that may use the tenant's memory, and for no other model's: its own
+ * streams' queued kernels and those of a stream one of its blocks was recorded for (gp_record_stream),
+ * not another tenant's long kernel, and it never synchronizes the device; its staging copies do not
+ * wait for the other tenant either. An unmap or a copy under a kernel still queued would be a bad call
+ * of the sim, so the pause succeeding with no bad call shows that it waited for what it had to. */
+Test(tenants, pause_waits_for_its_own_streams_not_another_tenants_work)
+{
+    open_pool("sim-vmm", "device_memory:1GiB");
+    create("idle", 0, 0, 0);
+    create("busy", 0, 0, 0);
+    gp_stream s = gp_sim_stream_create(sim), t = gp_sim_stream_create(sim), u = gp_sim_stream_create(sim);
+    cr_assert_eq(gp_tenant_bind_stream(pool, "idle", s), GP_OK);
+    cr_assert_eq(gp_tenant_bind_stream(pool, "busy", t), GP_OK);
+    void *a, *b, *other;
+    cr_assert_eq(gp_alloc(pool, &a, 9 * MIB, s), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_alloc(pool, &b, 3 * MIB, s), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_alloc(pool, &other, 8 * MIB, t), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_record_stream(pool, b, u), GP_OK, "%s", gp_last_error());
+    uint64_t t0 = gp_sim_now(sim);
+    cr_assert_eq(gp_sim_launch(sim, s, a, 9 * MIB, GP_SIM_WRITE, 21, 1000000), GP_OK); /* 1 ms */
+    cr_assert_eq(gp_sim_launch(sim, u, b, 3 * MIB, GP_SIM_WRITE, 22, 2000000), GP_OK); /* 2 ms */
+    cr_assert_eq(gp_sim_launch(sim, t, other, 8 * MIB, GP_SIM_WRITE, 23, 1000000000), GP_OK); /* 1 s */
+    uint64_t syncs = gp_sim_calls(sim, GP_SIM_CALL_DEVICE_SYNC);
+    gp_sim_report before;
+    gp_sim_get_report(sim, &before);
+
+    cr_assert_eq(gp_tenant_pause(pool, "idle", GP_PAUSE_KEEP_CONTENTS), GP_OK, "%s", gp_last_error());
+    gp_sim_report during;
+    gp_sim_get_report(sim, &during);
+    cr_expect_eq(during.bad_calls, before.bad_calls, "no unmap or copy under a queued kernel: %s",
+                 gp_sim_first_violation(sim));
+    cr_expect_eq(gp_sim_calls(sim, GP_SIM_CALL_DEVICE_SYNC), syncs, "the pause synchronized the device");
+    cr_expect_geq(gp_sim_now(sim) - t0, 2000000, "it waited for the recorded stream's kernel");
+    cr_expect_lt(gp_sim_now(sim) - t0, 1000000000, "it waited for the other tenant's kernel");
+    cr_expect_eq(tenant("idle").held_bytes, 0);
+    gp_stats st = {.size = sizeof st, .version = GP_STATS_VERSION};
+    cr_assert_eq(gp_get_stats(pool, &st), GP_OK);
+    cr_expect_eq(st.num_device_syncs, 0);
+    cr_expect_geq(st.num_unmap_waits, 2, "one wait per stream drained (s and u)");
+
+    cr_assert_eq(gp_tenant_resume(pool, "idle"), GP_OK, "%s", gp_last_error());
+    cr_expect_lt(gp_sim_now(sim) - t0, 1000000000, "resuming waits for no one either");
+    cr_assert_eq(gp_sim_launch(sim, s, a, 9 * MIB, GP_SIM_CHECK, 21, 100), GP_OK);
+    cr_assert_eq(gp_sim_launch(sim, s, b, 3 * MIB, GP_SIM_CHECK, 22, 100), GP_OK);
+    gp_sim_synchronize(sim);
+    gp_sim_report after;
+    gp_sim_get_report(sim, &after);
+    cr_expect_eq(after.pattern_mismatches, 0, "the contents the kernels wrote came back: %s",
+                 gp_sim_first_violation(sim));
+    cr_expect_eq(after.bad_calls, before.bad_calls, "%s", gp_sim_first_violation(sim));
+    cr_assert_eq(gp_free(pool, a, s), GP_OK);
+    cr_assert_eq(gp_free(pool, b, s), GP_OK);
+    cr_assert_eq(gp_free(pool, other, t), GP_OK);
+}
+
+/* The wait before a pause's unmaps fails: nothing was unmapped, the pause is rolled back. */
+Test(tenants, pause_whose_wait_fails_rolls_back)
+{
+    void *p;
+    gp_stream s = tenant_m_with_a_block(&p);
+    pause_m_rolls_back(1, GP_SIM_CALL_EVENT_SYNC, GP_PAUSE_KEEP_CONTENTS);
+    cr_assert_eq(gp_sim_launch(sim, s, p, 9 * MIB, GP_SIM_CHECK, 7, 100), GP_OK);
+    gp_sim_synchronize(sim);
+    gp_sim_report r;
+    gp_sim_get_report(sim, &r);
+    cr_assert_eq(r.pattern_mismatches, 0, "%s", gp_sim_first_violation(sim));
+    cr_assert_eq(gp_tenant_pause(pool, "m", 0), GP_OK, "it pauses once the device answers: %s", gp_last_error());
+    cr_assert_eq(gp_tenant_resume(pool, "m"), GP_OK, "%s", gp_last_error());
     free_and_trim_to_nothing(p, s);
 }
 

@@ -336,6 +336,15 @@ static void case_mappings_and_pause(void)
     }
     CHECK(POOL(gp_tenant_pop(d.pool)) == GP_OK, "pop");
     sync_dev(&d);
+    /* Another model's long kernel stays queued through the pause: the pause waits for m's streams only
+     * (a device synchronize would wait for it; an unmap or copy of m's memory under it would not). */
+    gp_stream busy = stream_new(&d);
+    CHECK(POOL(gp_tenant_create(d.pool, "busy", NULL)) == GP_OK, "tenant: %s", gp_last_error());
+    CHECK(POOL(gp_tenant_bind_stream(d.pool, "busy", busy)) == GP_OK, "bind: %s", gp_last_error());
+    void *other = NULL;
+    CHECK(POOL(gp_alloc(d.pool, &other, 8 * MIB, busy)) == GP_OK, "alloc: %s", gp_last_error());
+    kernel(&d, busy, other, 8 * MIB, GP_SIM_WRITE, 300, 1000000000);
+    kernel(&d, s, p[0], 6 * MIB, GP_SIM_CHECK, 200, 1000); /* m's own work, queued: waited for */
     CHECK(POOL(gp_tenant_pause(d.pool, "m", GP_PAUSE_KEEP_CONTENTS)) == GP_OK, "pause: %s", gp_last_error());
     gp_stats st = {.size = sizeof st, .version = GP_STATS_VERSION};
     CHECK(POOL(gp_get_stats(d.pool, &st)) == GP_OK && st.paused_bytes > 0, "paused bytes %llu",
@@ -343,8 +352,11 @@ static void case_mappings_and_pause(void)
     CHECK(POOL(gp_tenant_resume(d.pool, "m")) == GP_OK, "resume: %s", gp_last_error());
     for (int i = 0; i < 4; i++)
         kernel(&d, s, p[i], 6 * MIB, GP_SIM_CHECK, 200 + (uint64_t)i, 1000);
+    kernel(&d, busy, other, 8 * MIB, GP_SIM_CHECK, 300, 1000);
     for (int i = 0; i < 4; i++)
         CHECK(POOL(gp_free(d.pool, p[i], s)) == GP_OK, "free: %s", gp_last_error());
+    CHECK(POOL(gp_free(d.pool, other, busy)) == GP_OK, "free: %s", gp_last_error());
+    sync_dev(&d);
     size_t released = 0;
     CHECK(POOL(gp_trim(d.pool, 0, &released)) == GP_OK, "trim: %s", gp_last_error());
     CHECK(POOL(gp_get_stats(d.pool, &st)) == GP_OK && st.num_unmaps > 0 && st.reserved_bytes == 0,

@@ -674,6 +674,47 @@ Test(sim_vmm, unmap_does_not_wait_and_refuses_a_range_in_use)
     B->close(ctx);
 }
 
+/* A copy (staging a paused tenant) waits for no queued work either: the cuda backends copy on a stream
+ * of their own (backend.h). Copying a range a queued kernel still uses is a bad call; other streams'
+ * kernels stay queued through a copy. */
+Test(sim_vmm, copies_do_not_wait_and_refuse_a_range_in_use)
+{
+    void *ctx;
+    gp_sim *sim = open_sim(16 * MiB, &ctx);
+    gp_devptr va = reserve_ok(ctx, 4 * MiB);
+    gp_phys a = create_ok(ctx, 2 * MiB), b = create_ok(ctx, 2 * MiB);
+    map_ok(ctx, va, 2 * MiB, a);
+    map_ok(ctx, va + 2 * MiB, 2 * MiB, b);
+    gp_stream s = gp_sim_stream_create(sim), g = gp_sim_stream_create(sim);
+    cr_assert_eq(gp_sim_launch(sim, s, ptr(va), 4096, GP_SIM_WRITE, 3, 1000), GP_OK);
+    cr_assert_eq(gp_sim_launch(sim, g, ptr(va + 2 * MiB), 64, GP_SIM_WRITE, 1, 5000), GP_OK);
+    unsigned char host[4096];
+    cr_expect_eq(B->copy_to_host(ctx, host, va, sizeof host), GP_ERR_INVALID, "s's kernel still writes it");
+    cr_expect(strstr(gp_sim_first_violation(sim), "copy under work in flight") != NULL, "%s",
+              gp_sim_first_violation(sim));
+    cr_expect_eq(B->copy_to_device(ctx, va + 2 * MiB, host, 64), GP_ERR_INVALID, "g's kernel still uses it");
+    cr_expect_eq(gp_sim_now(sim), 0, "a refused copy waits for nothing");
+
+    gp_sim_stream_synchronize(sim, s);
+    cr_expect_eq(gp_sim_now(sim), 1000);
+    cr_assert_eq(B->copy_to_host(ctx, host, va, sizeof host), GP_OK);
+    cr_expect_eq(gp_sim_now(sim), 1000, "the copy did not wait for g's kernel");
+    cr_assert_eq(B->copy_to_device(ctx, va + 1 * MiB, host, sizeof host), GP_OK, "s's range, g still busy");
+    cr_assert_eq(gp_sim_launch(sim, s, ptr(va + 1 * MiB), sizeof host, GP_SIM_CHECK, 3, 10), GP_OK);
+    gp_sim_synchronize(sim);
+    gp_sim_report r = report_of(sim);
+    cr_expect_eq(r.pattern_mismatches, 0, "the bytes s wrote were copied out and back: %s",
+                 gp_sim_first_violation(sim));
+    cr_expect_eq(r.bad_calls, 2, "the two refused copies");
+    cr_expect_eq(r.races, 0, "%s", gp_sim_first_violation(sim));
+    unmap_ok(ctx, va, 2 * MiB);
+    unmap_ok(ctx, va + 2 * MiB, 2 * MiB);
+    cr_assert_eq(B->phys_release(ctx, a), GP_OK);
+    cr_assert_eq(B->phys_release(ctx, b), GP_OK);
+    cr_assert_eq(B->va_release(ctx, va, 4 * MiB), GP_OK);
+    B->close(ctx);
+}
+
 /* ---- fault injection -------------------------------------------------------------------------- */
 
 /* The state a failed call must leave as it was. */
