@@ -105,6 +105,11 @@ enum gp_sim_call {
 /* Makes the nth device call (1 = the next one) whose kind is in `mask` fail with `error`
  * (GP_ERR_DEVICE or GP_ERR_OOM). n == 0 disables injection. One fault per arming. */
 GP_API void gp_sim_fail_call(gp_sim *sim, uint64_t n, unsigned mask, int error);
+/* Calls hook(arg, kind) on the calling thread at the start of every device call whose kind is in mask,
+ * before the call and outside the sim's lock: what another thread can do while the pool, with its own
+ * locks held, makes that call (tests). Kinds GP_SIM_CALL_COPY and GP_SIM_CALL_EVENT_SYNC only; the
+ * others are ignored. hook NULL removes it. */
+GP_API void gp_sim_set_call_hook(gp_sim *sim, unsigned mask, void (*hook)(void *arg, unsigned kind), void *arg);
 /* Device calls made so far whose kind is in mask (failed ones included). */
 GP_API uint64_t gp_sim_calls(gp_sim *sim, unsigned mask);
 /* Faults injected so far. */

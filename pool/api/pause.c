@@ -58,45 +58,25 @@ static bool tenant_range(const gp_segment *seg, const gp_tenant *t)
     return seg->owner->tenant == t && seg->pages != NULL;
 }
 
-/* Marks st for drain_tenant (index into the table's order of first sight). */
-static void mark(bool *marked, const gp_stream_state *st)
-{
-    marked[st->index] = true;
-}
-
 /*
  * Waits for the work that may still use t's memory, and for no other model's: the work queued so far
- * on t's streams (its blocks are handed out on them, borrowed only among them) and on the streams its
- * blocks were recorded for (gp_record_stream, as Tensor.record_stream; other tenants' streams
- * included). That is what stream-ordered reuse already relies on: memory used on a stream the pool
- * was never told of is the caller's to order, here as for reuse. Each stream's fence is recorded and
- * synchronized (gp_stream_drain), so after this every wait before an unmap of t's pages (dissolving
- * its stitched ranges, the pause's own unmaps) is over at once. Every lock held; nothing changes on
- * failure but the fences' bookkeeping.
+ * on the streams of `set` (gp_lock_tenant_streams: t's own, and those its blocks were recorded for,
+ * as Tensor.record_stream; other tenants' streams included). That is what stream-ordered reuse
+ * already relies on: memory used on a stream the pool was never told of is the caller's to order,
+ * here as for reuse. Each stream's fence is recorded and synchronized (gp_stream_drain), so after this
+ * every wait before an unmap of t's pages (dissolving its stitched ranges, the pause's own unmaps) is
+ * over at once. The set locked; nothing changes on failure but the fences' bookkeeping.
  */
-static int drain_tenant(gp_pool_state *p, const gp_tenant *t)
+static int drain(gp_pool_state *p, const gp_stream_set *set)
 {
-    unsigned count = atomic_load(&p->streams.count);
-    bool *marked = calloc(count > 0 ? count : 1, sizeof *marked);
-    if (marked == NULL)
-        return gp_error_set(GP_ERR_OOM, "out of host memory to list %u streams", count);
-    for (unsigned i = 0; i < count; i++)
-        if (p->streams.by_index[i]->tenant == t)
-            mark(marked, p->streams.by_index[i]);
-    for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next)
-        if (tenant_range(seg, t))
-            for (gp_block *b = seg->first; b != NULL; b = b->next)
-                for (unsigned u = 0; u < b->use_count; u++)
-                    mark(marked, gp_block_uses(b)[u]);
     int rc = GP_OK;
-    for (unsigned i = 0; i < count && rc == GP_OK; i++)
-        if (marked[i])
+    for (unsigned i = 0; i < set->count && rc == GP_OK; i++)
+        if (set->member == NULL || set->member[i]) /* NULL: every stream is locked, and waited for */
             rc = gp_stream_drain(p, p->streams.by_index[i]);
-    free(marked);
     return rc;
 }
 
-/* Undoes phase 1 (every lock held): maps every held handle back where it was. Returns the pages that
+/* Undoes phase 1 (t's streams locked): maps every held handle back where it was. Returns the pages that
  * could not be mapped back; their handles go back to the device and their ranges stay paused. */
 static size_t roll_back(gp_pool_state *p, gp_held_page *held, size_t nheld)
 {
@@ -136,8 +116,9 @@ GP_API int gp_tenant_pause(gp_pool *pool, const char *name, unsigned flags)
     gp_tenant_update_gate(t);
     int trimmed; /* its cache goes back first, so that resume maps only what live blocks need */
     p->provider->release_tenant(p, t, SIZE_MAX, &trimmed);
-    gp_lock_all_streams(p);
-    rc = drain_tenant(p, t);
+    gp_stream_set set;
+    gp_lock_tenant_streams(p, t, &set);
+    rc = drain(p, &set);
     if (rc == GP_OK)
         rc = gp_alias_dissolve(p, t); /* one address per page, so that a page is unmapped once */
     size_t capacity = 0;
@@ -183,7 +164,7 @@ GP_API int gp_tenant_pause(gp_pool *pool, const char *name, unsigned flags)
         }
     }
     free(held);
-    gp_unlock_all_streams(p);
+    gp_unlock_stream_set(p, &set);
     pthread_mutex_unlock(&p->lock);
     return rc;
 }
@@ -193,15 +174,16 @@ GP_API int gp_tenant_pause(gp_pool *pool, const char *name, unsigned flags)
 static int remap_tenant(gp_pool_state *p, gp_tenant *t, gp_held_page *mapped, size_t *nmapped, size_t room)
 {
     int rc = GP_OK;
-    gp_lock_all_streams(p);
+    gp_stream_set set;
+    gp_lock_tenant_streams(p, t, &set);
     for (gp_segment *seg = p->segments_head; seg != NULL && rc == GP_OK; seg = seg->next)
         if (tenant_range(seg, t) && seg->paused)
             rc = gp_vmm_resume_range(p, seg, mapped, nmapped, room);
-    gp_unlock_all_streams(p);
+    gp_unlock_stream_set(p, &set);
     return rc;
 }
 
-/* The in-use pages without memory of t's paused ranges. Every lock held. */
+/* The in-use pages without memory of t's paused ranges. t's streams locked. */
 static size_t paused_pages(gp_pool_state *p, const gp_tenant *t)
 {
     size_t need = 0;
@@ -227,9 +209,10 @@ GP_API int gp_tenant_resume(gp_pool *pool, const char *name)
     }
     /* Every page this attempt maps is written down, so that a failure unmaps exactly those: not the
      * pages an earlier resume whose undo failed left mapped, nor ranges of t that are not paused. */
-    gp_lock_all_streams(p);
+    gp_stream_set set;
+    gp_lock_tenant_streams(p, t, &set);
     size_t room = paused_pages(p, t), nmapped = 0;
-    gp_unlock_all_streams(p);
+    gp_unlock_stream_set(p, &set);
     gp_held_page *mapped = room > 0 ? malloc(room * sizeof *mapped) : NULL;
     if (room > 0 && mapped == NULL) {
         pthread_mutex_unlock(&p->lock);
@@ -240,15 +223,15 @@ GP_API int gp_tenant_resume(gp_pool *pool, const char *name)
     rc = remap_tenant(p, t, mapped, &nmapped, room);
     if (rc == GP_ERR_OOM) { /* the device is full: cached free pages elsewhere serve first */
         int failed = GP_OK;
-        gp_lock_all_streams(p);
+        gp_lock_tenant_streams(p, t, &set);
         size_t need = paused_pages(p, t);
-        gp_unlock_all_streams(p);
+        gp_unlock_stream_set(p, &set);
         gp_collect_all_pending(p); /* quick-listed and completed pending blocks hide whole free pages */
         /* t's ranges are still paused, so this takes no page of t's that this attempt mapped */
         if (gp_vmm_unmap_free_pages(p, need, NULL, UINT64_MAX, false, &failed, NULL, t) > 0)
             rc = remap_tenant(p, t, mapped, &nmapped, room);
     }
-    gp_lock_all_streams(p);
+    gp_lock_tenant_streams(p, t, &set);
     if (rc == GP_OK && t->staged != NULL)
         rc = gp_staging_restore(p, t);
     if (rc == GP_OK) {
@@ -280,7 +263,7 @@ GP_API int gp_tenant_resume(gp_pool *pool, const char *name)
         gp_error_append(" (gp_tenant_resume of '%s': it stays paused; resume again once memory is free)", name);
     }
     free(mapped);
-    gp_unlock_all_streams(p);
+    gp_unlock_stream_set(p, &set);
     if (rc == GP_OK) /* the pages mapped back may raise the peak, as growth does */
         gp_peak_note(p, peak_before, 0);
     pthread_mutex_unlock(&p->lock);

@@ -455,8 +455,8 @@ static int drop_slots(gp_pool_state *p, gp_segment *r, size_t i, size_t n)
 }
 
 /* Unmaps every idle alias slot of stitched range r (owner locked; with pages parked with it, their
- * homes' owners too: gp_alias_dissolve, which holds every lock), after one device synchronize for all:
- * GP_OK or the first failure. */
+ * homes' owners too: gp_alias_dissolve, which holds every stream of r's tenant), after one wait for the
+ * slots' latest stamp (drop_slot_runs): GP_OK or the first failure. */
 static int drop_idle_slots(gp_pool_state *p, gp_segment *r)
 {
     uint64_t now = atomic_load_explicit(&p->coarse_now, memory_order_relaxed);
@@ -1134,7 +1134,7 @@ int gp_alias_dissolve(gp_pool_state *p, const gp_tenant *only)
         for (size_t j = 0; j < r->size / p->page; j++) {
             if (r->homes[j].seg == NULL)
                 continue;
-            int rc = own_page(p, r, j, r->homes[j].seg->owner); /* every lock is held */
+            int rc = own_page(p, r, j, r->homes[j].seg->owner); /* the home's owner, r's tenant's, is locked */
             if (rc != GP_OK)
                 return rc;
         }

@@ -140,7 +140,8 @@ bool gp_alias_has_homes(const gp_pool_state *p, const gp_segment *seg, uintptr_t
 
 /* Gives every page of tenant `only`'s ranges (every tenant's: NULL) one address: idle alias slots are
  * unmapped, and pages in use at an alias become the stitched range's own (their homes unmapped).
- * Pool lock and every stream lock held. GP_OK, or the first failure (the rest is left as it was). */
+ * Pool lock held, and the streams of `only` (its stitched ranges' homes and loans are its own; every
+ * stream when only is NULL). GP_OK, or the first failure (the rest is left as it was). */
 int gp_alias_dissolve(gp_pool_state *p, const gp_tenant *only);
 
 /* Small ranges grown by aliasing (alias.c says why): an idle alias slot of st's small stitched ranges

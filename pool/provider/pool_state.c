@@ -1,11 +1,13 @@
 /*
  * pool_state.c — the pool state's own bookkeeping, which makes no device call: the list of segments,
- * placing a new segment in it, locking every stream, flushing and counting the streams' allocated
+ * placing a new segment in it, locking every stream (or a tenant's: gp_lock_tenant_streams), flushing and counting the streams' allocated
  * deltas, freeing all metadata at destroy, and the accounting check of gp_check (the invariants of
  * pool_state.h).
  */
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/list.h"
 #include "provider/pool_state.h"
@@ -37,6 +39,80 @@ void gp_unlock_all_streams(gp_pool_state *p)
     unsigned count = atomic_load(&p->streams.count);
     for (unsigned i = count; i-- > 0;)
         pthread_mutex_unlock(&p->streams.by_index[i]->lock);
+}
+
+static void lock_set(gp_pool_state *p, const gp_stream_set *set)
+{
+    for (unsigned i = 0; i < set->count; i++)
+        if (set->member[i])
+            pthread_mutex_lock(&p->streams.by_index[i]->lock);
+    for (unsigned i = 0; i < set->count; i++)
+        if (set->member[i])
+            gp_thread_cache_return(p, p->streams.by_index[i]);
+}
+
+static void unlock_set(gp_pool_state *p, const gp_stream_set *set)
+{
+    for (unsigned i = set->count; i-- > 0;)
+        if (set->member[i])
+            pthread_mutex_unlock(&p->streams.by_index[i]->lock);
+}
+
+/* Marks in recorded[] the streams t's blocks are recorded for (t's streams locked). */
+static void mark_recorded(gp_pool_state *p, const gp_tenant *t, bool *recorded, unsigned count)
+{
+    for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
+        if (seg->owner->tenant != t)
+            continue;
+        for (gp_block *b = seg->first; b != NULL; b = b->next)
+            for (unsigned u = 0; u < b->use_count; u++) {
+                const gp_stream_state *use = gp_block_uses(b)[u];
+                assert(use->index < count); /* streams are added under the pool lock */
+                (void)count;
+                recorded[use->index] = true;
+            }
+    }
+}
+
+void gp_lock_tenant_streams(gp_pool_state *p, const gp_tenant *t, gp_stream_set *set)
+{
+    set->count = atomic_load(&p->streams.count);
+    set->member = calloc(set->count + 1, sizeof *set->member);
+    bool *recorded = calloc(set->count + 1, sizeof *recorded);
+    if (set->member == NULL || recorded == NULL) { /* out of host memory: every stream, as before */
+        free(set->member);
+        free(recorded);
+        set->member = NULL;
+        gp_lock_all_streams(p);
+        return;
+    }
+    for (unsigned i = 0; i < set->count; i++)
+        set->member[i] = p->streams.by_index[i]->tenant == t;
+    for (;;) { /* at most once per stream: the set only grows */
+        lock_set(p, set);
+        memset(recorded, 0, set->count * sizeof *recorded);
+        mark_recorded(p, t, recorded, set->count);
+        bool grew = false;
+        for (unsigned i = 0; i < set->count; i++)
+            grew |= recorded[i] && !set->member[i];
+        if (!grew)
+            break;
+        unlock_set(p, set);
+        for (unsigned i = 0; i < set->count; i++)
+            set->member[i] |= recorded[i];
+    }
+    free(recorded);
+}
+
+void gp_unlock_stream_set(gp_pool_state *p, gp_stream_set *set)
+{
+    if (set->member == NULL) {
+        gp_unlock_all_streams(p);
+        return;
+    }
+    unlock_set(p, set);
+    free(set->member);
+    set->member = NULL;
 }
 
 void gp_segment_place(gp_pool_state *p, gp_segment *seg, gp_stream_state *st, uintptr_t addr, size_t size, bool small,

@@ -141,6 +141,24 @@ void gp_segments_free_all(gp_pool_state *p);
 void gp_lock_all_streams(gp_pool_state *p);
 void gp_unlock_all_streams(gp_pool_state *p);
 
+/*
+ * The streams whose work may use tenant t's memory: t's own (its blocks are handed out on them and
+ * borrowed only among them, and its ranges' homes and loans are its own: provider/alias.h) and every
+ * stream one of t's blocks is recorded for (gp_record_stream, or freed on another stream). A pause or
+ * resume of t touches the blocks of t's ranges only, so it locks these rather than every stream, and
+ * the other models' allocations and frees go on while it waits for t's work and copies t's contents.
+ * gp_lock_tenant_streams (pool lock held) locks them in index order, returning their thread caches'
+ * blocks; the recorded streams are read under t's locks, and the set grows and is locked again until
+ * it holds them all. Out of host memory for the set, it locks every stream instead (member NULL).
+ * gp_unlock_stream_set unlocks and frees the set.
+ */
+typedef struct gp_stream_set {
+    bool *member; /* by stream index (gp_stream_state.index); NULL: every stream */
+    unsigned count; /* streams in the table when the set was made (the pool lock keeps it) */
+} gp_stream_set;
+void gp_lock_tenant_streams(gp_pool_state *p, const struct gp_tenant *t, gp_stream_set *set);
+void gp_unlock_stream_set(gp_pool_state *p, gp_stream_set *set);
+
 #define GP_FLUSH_BYTES ((int64_t)16 << 20)
 #define GP_MAINTAIN_FREES 4096 /* frees on one stream between maintenance runs (when configured) */
 

@@ -15,7 +15,7 @@ void gp_staging_destroy(gp_pool_state *p);
 /* "jemalloc" (an arena over host_alloc) or "host_alloc" (jemalloc could not be opened: one per buffer). */
 const char *gp_staging_kind(gp_pool_state *p);
 /*
- * Staging keyed by block (every lock held): gp_staging_stage copies every LIVE block of t's ranges into
+ * Staging keyed by block (pool lock held, t's streams locked: gp_lock_tenant_streams): gp_staging_stage copies every LIVE block of t's ranges into
  * a new buffer and records, sorted by address, where each block's bytes sit (t->staged); restore copies
  * back into exactly the blocks still LIVE, each from its own offset, so that a block freed while paused
  * shifts nothing; drop gives buffer and table back.

@@ -324,9 +324,21 @@ static int sim_event_query(void *ctx, gp_event handle)
     return rc;
 }
 
+/* Runs the test's hook for a call of `kind` (gp_sim_set_call_hook), before the call takes the lock. */
+static void call_hook(gp_sim *sim, unsigned kind)
+{
+    lock(sim);
+    void (*hook)(void *, unsigned) = (sim->hook_mask & kind) ? sim->hook : NULL;
+    void *arg = sim->hook_arg;
+    unlock(sim);
+    if (hook != NULL)
+        hook(arg, kind);
+}
+
 static int sim_event_synchronize(void *ctx, gp_event handle)
 {
     gp_sim *sim = ctx;
+    call_hook(sim, GP_SIM_CALL_EVENT_SYNC);
     lock(sim);
     gpsim_event *ev = NULL;
     int rc = begin_event_call(sim, GP_SIM_CALL_EVENT_SYNC, "event_synchronize", handle, &ev);
@@ -593,6 +605,7 @@ static int sim_unmap_pages(void *ctx, const gp_devptr *vas, size_t page, size_t 
  * call: the pool must have waited for the streams that use it. Other streams' work stays queued. */
 static int sim_copy(gp_sim *sim, gp_devptr dev, void *host, size_t size, bool to_device)
 {
+    call_hook(sim, GP_SIM_CALL_COPY);
     lock(sim);
     int rc = begin_call(sim, GP_SIM_CALL_COPY, to_device ? "copy_to_device" : "copy_to_host");
     if (rc == GP_OK && sim->vmm == NULL && !gpsim_memory_contains(&sim->memory, dev, size))
@@ -843,6 +856,17 @@ GP_API void gp_sim_fail_call(gp_sim *sim, uint64_t n, unsigned mask, int error)
         sim->fail_mask = n == 0 ? 0 : mask & GP_SIM_CALL_ALL;
         sim->fail_error = error < 0 ? error : GP_ERR_DEVICE;
     }
+    unlock(sim);
+}
+
+GP_API void gp_sim_set_call_hook(gp_sim *sim, unsigned mask, void (*hook)(void *arg, unsigned kind), void *arg)
+{
+    if (sim == NULL)
+        return;
+    lock(sim);
+    sim->hook_mask = hook == NULL ? 0 : mask & (GP_SIM_CALL_COPY | GP_SIM_CALL_EVENT_SYNC);
+    sim->hook = hook;
+    sim->hook_arg = arg;
     unlock(sim);
 }
 

@@ -303,6 +303,10 @@ struct gp_sim {
     uint64_t calls[GPSIM_CALL_KINDS];
     uint64_t fail_countdown;  /* 0: disarmed */
     unsigned fail_mask;
+    /* gp_sim_set_call_hook: called before a call of a kind in hook_mask, outside the lock */
+    unsigned hook_mask;
+    void (*hook)(void *arg, unsigned kind);
+    void *hook_arg;
     int fail_error;
     uint64_t faults_injected;
 

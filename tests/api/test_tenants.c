@@ -5,7 +5,10 @@
  * contents on the virtual memory sim (checked with pattern kernels).
  */
 #include <criterion/criterion.h>
+#include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 
 #include "gpupool.h"
@@ -431,6 +434,84 @@ Test(tenants, pause_waits_for_its_own_streams_not_another_tenants_work)
     cr_assert_eq(gp_free(pool, a, s), GP_OK);
     cr_assert_eq(gp_free(pool, b, s), GP_OK);
     cr_assert_eq(gp_free(pool, other, t), GP_OK);
+}
+
+/* Another model's allocation and free, made from another thread while a pause of "idle" is in its
+ * wait or its staging copy (the sim's call hook), with the pause's locks held. */
+static struct {
+    gp_stream stream;       /* busy's stream, with a cached block of `size` */
+    size_t size;
+    pthread_mutex_t lock;
+    pthread_cond_t done_cond;
+    bool done, ok, tried, in_time;
+    pthread_t thread;
+} other_model = {.lock = PTHREAD_MUTEX_INITIALIZER, .done_cond = PTHREAD_COND_INITIALIZER};
+
+static void *other_model_allocates(void *arg)
+{
+    (void)arg;
+    void *q = NULL;
+    bool ok = gp_alloc(pool, &q, other_model.size, other_model.stream) == GP_OK &&
+              gp_free(pool, q, other_model.stream) == GP_OK;
+    pthread_mutex_lock(&other_model.lock);
+    other_model.done = true;
+    other_model.ok = ok;
+    pthread_cond_signal(&other_model.done_cond);
+    pthread_mutex_unlock(&other_model.lock);
+    return NULL;
+}
+
+/* The hook: once, starts the other model's thread and gives it 5 s to finish. A pause holding every
+ * stream's lock would keep it waiting until the pause returns; the hook then gives up, the pause goes
+ * on, and the test fails on `done` rather than hanging. */
+static void during_pause(void *arg, unsigned kind)
+{
+    (void)arg;
+    (void)kind;
+    if (other_model.tried)
+        return;
+    other_model.tried = true;
+    pthread_create(&other_model.thread, NULL, other_model_allocates, NULL);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 5;
+    pthread_mutex_lock(&other_model.lock);
+    while (!other_model.done && pthread_cond_timedwait(&other_model.done_cond, &other_model.lock, &until) != ETIMEDOUT)
+        ;
+    other_model.in_time = other_model.done; /* finished while the pause held its locks */
+    pthread_mutex_unlock(&other_model.lock);
+}
+
+Test(tenants, other_models_allocate_and_free_while_a_pause_waits_and_copies)
+{
+    open_pool("sim-vmm", "device_memory:1GiB");
+    create("idle", 0, 0, 0);
+    create("busy", 0, 0, 0);
+    gp_stream s = gp_sim_stream_create(sim);
+    other_model.stream = gp_sim_stream_create(sim);
+    other_model.size = 3 * MIB;
+    cr_assert_eq(gp_tenant_bind_stream(pool, "idle", s), GP_OK);
+    cr_assert_eq(gp_tenant_bind_stream(pool, "busy", other_model.stream), GP_OK);
+    void *a, *warm;
+    cr_assert_eq(gp_alloc(pool, &a, 9 * MIB, s), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_sim_launch(sim, s, a, 9 * MIB, GP_SIM_WRITE, 31, 1000000), GP_OK);
+    cr_assert_eq(gp_alloc(pool, &warm, other_model.size, other_model.stream), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_free(pool, warm, other_model.stream), GP_OK); /* cached: no growth, no pool lock */
+
+    gp_sim_set_call_hook(sim, GP_SIM_CALL_EVENT_SYNC | GP_SIM_CALL_COPY, during_pause, NULL);
+    cr_assert_eq(gp_tenant_pause(pool, "idle", GP_PAUSE_KEEP_CONTENTS), GP_OK, "%s", gp_last_error());
+    gp_sim_set_call_hook(sim, 0, NULL, NULL);
+    cr_assert(other_model.tried, "the pause made no wait and no copy");
+    pthread_join(other_model.thread, NULL);
+    cr_expect(other_model.in_time, "the other model's allocation waited for the pause to end");
+    cr_expect(other_model.done && other_model.ok, "the other model's allocation or free failed");
+    cr_assert_eq(gp_tenant_resume(pool, "idle"), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_sim_launch(sim, s, a, 9 * MIB, GP_SIM_CHECK, 31, 100), GP_OK);
+    gp_sim_synchronize(sim);
+    gp_sim_report r;
+    gp_sim_get_report(sim, &r);
+    cr_expect_eq(r.pattern_mismatches + r.bad_calls, 0, "%s", gp_sim_first_violation(sim));
+    cr_assert_eq(gp_free(pool, a, s), GP_OK);
 }
 
 /* The wait before a pause's unmaps fails: nothing was unmapped, the pause is rolled back. */
