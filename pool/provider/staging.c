@@ -182,6 +182,45 @@ void gp_staging_drop(gp_pool_state *p, gp_tenant *t)
     t->staged_count = 0;
 }
 
+/*
+ * Copies are made per run: LIVE blocks next to each other in one range whose staged bytes are next to
+ * each other too go in one copy, so that a tenant of many small tensors (a model's parameters,
+ * allocated one after another) costs a few copies, not one per tensor. A run never spans two ranges
+ * (two reservations) and never copies a byte that is not a LIVE block's.
+ */
+typedef struct copy_run {
+    uintptr_t dev;
+    size_t host; /* offset in the staging buffer */
+    size_t size;
+} copy_run;
+
+/* Copies the run (if any) and empties it. */
+static int flush(gp_pool_state *p, unsigned char *staging, copy_run *run, bool to_device)
+{
+    if (run->size == 0)
+        return GP_OK;
+    int rc = to_device ? p->ops->copy_to_device(p->ctx, run->dev, staging + run->host, run->size)
+                       : p->ops->copy_to_host(p->ctx, staging + run->host, run->dev, run->size);
+    run->size = 0;
+    return rc;
+}
+
+/* Adds the block at dev (size bytes, staged at host) to the run, copying the run first when the block
+ * does not continue it. */
+static int add(gp_pool_state *p, unsigned char *staging, copy_run *run, uintptr_t dev, size_t host, size_t size,
+               bool to_device)
+{
+    if (run->size > 0 && (run->dev + run->size != dev || run->host + run->size != host)) {
+        int rc = flush(p, staging, run, to_device);
+        if (rc != GP_OK)
+            return rc;
+    }
+    if (run->size == 0)
+        *run = (copy_run){dev, host, 0};
+    run->size += size;
+    return GP_OK;
+}
+
 int gp_staging_stage(gp_pool_state *p, gp_tenant *t)
 {
     size_t bytes = 0, count = 0;
@@ -200,22 +239,26 @@ int gp_staging_stage(gp_pool_state *p, gp_tenant *t)
     void *staging = NULL;
     int rc = gp_staging_alloc(p, bytes, &staging);
     size_t at = 0, n = 0;
+    copy_run run = {0, 0, 0};
     for (gp_segment *seg = p->segments_head; seg != NULL && rc == GP_OK; seg = seg->next) {
         if (!tenant_range(seg, t))
             continue;
         for (gp_block *b = seg->first; b != NULL && rc == GP_OK; b = b->next) {
             if (b->state != GP_BLOCK_LIVE)
                 continue;
-            rc = p->ops->copy_to_host(p->ctx, (unsigned char *)staging + at, b->addr, b->size);
+            rc = add(p, staging, &run, b->addr, at, b->size, false);
             table[n++] = (gp_staged_block){b->addr, b->size, at};
             at += b->size;
         }
+        if (rc == GP_OK)
+            rc = flush(p, staging, &run, false); /* a run ends with its range */
     }
     if (rc != GP_OK) {
         gp_staging_free(p, staging, bytes);
         free(table);
         return rc;
     }
+    assert(n == count && at == bytes);
     qsort(table, count, sizeof *table, staged_cmp);
     t->staging = staging;
     t->staging_size = bytes;
@@ -226,6 +269,7 @@ int gp_staging_stage(gp_pool_state *p, gp_tenant *t)
 
 int gp_staging_restore(gp_pool_state *p, gp_tenant *t)
 {
+    copy_run run = {0, 0, 0};
     for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
         if (!tenant_range(seg, t))
             continue;
@@ -237,10 +281,13 @@ int gp_staging_restore(gp_pool_state *p, gp_tenant *t)
             assert(e != NULL && e->size == b->size); /* nothing is allocated while paused */
             if (e == NULL)
                 continue;
-            int rc = p->ops->copy_to_device(p->ctx, b->addr, (unsigned char *)t->staging + e->offset, b->size);
+            int rc = add(p, t->staging, &run, b->addr, e->offset, b->size, true);
             if (rc != GP_OK)
                 return rc;
         }
+        int rc = flush(p, t->staging, &run, true);
+        if (rc != GP_OK)
+            return rc;
     }
     return GP_OK;
 }

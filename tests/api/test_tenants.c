@@ -514,6 +514,48 @@ Test(tenants, other_models_allocate_and_free_while_a_pause_waits_and_copies)
     cr_assert_eq(gp_free(pool, a, s), GP_OK);
 }
 
+/* A model of many small tensors, allocated one after another (its parameters), is staged in a few
+ * copies, not one per tensor: neighbouring live blocks go in one copy. A tensor freed while paused
+ * splits the run it was in on the way back, and only live bytes are copied back. */
+Test(tenants, staging_copies_neighbouring_blocks_together)
+{
+    open_pool("sim-vmm", "device_memory:1GiB");
+    create("params", 0, 0, 0);
+    gp_stream s = gp_sim_stream_create(sim);
+    cr_assert_eq(gp_tenant_bind_stream(pool, "params", s), GP_OK);
+    enum { N = 64 };
+    void *p[N];
+    for (int i = 0; i < N; i++) {
+        cr_assert_eq(gp_alloc(pool, &p[i], 48 * 1024, s), GP_OK, "%s", gp_last_error());
+        cr_assert_eq(gp_sim_launch(sim, s, p[i], 48 * 1024, GP_SIM_WRITE, 100 + (uint64_t)i, 100), GP_OK);
+    }
+    size_t runs = 1;
+    for (int i = 1; i < N; i++)
+        runs += (char *)p[i] != (char *)p[i - 1] + 48 * 1024;
+    uint64_t copies = gp_sim_calls(sim, GP_SIM_CALL_COPY);
+    cr_assert_eq(gp_tenant_pause(pool, "params", GP_PAUSE_KEEP_CONTENTS), GP_OK, "%s", gp_last_error());
+    uint64_t staged = gp_sim_calls(sim, GP_SIM_CALL_COPY) - copies;
+    cr_expect_leq(staged, runs, "%llu copies for %d tensors in %zu runs of neighbours", (unsigned long long)staged,
+                  N, runs);
+    cr_expect_lt(staged, N / 4, "%llu copies for %d tensors", (unsigned long long)staged, N);
+    cr_assert_eq(gp_free(pool, p[N / 2], s), GP_OK);
+    p[N / 2] = NULL;
+    copies = gp_sim_calls(sim, GP_SIM_CALL_COPY);
+    cr_assert_eq(gp_tenant_resume(pool, "params"), GP_OK, "%s", gp_last_error());
+    uint64_t restored = gp_sim_calls(sim, GP_SIM_CALL_COPY) - copies;
+    cr_expect_leq(restored, staged + 1, "the freed tensor splits one run: %llu copies back", (unsigned long long)restored);
+    for (int i = 0; i < N; i++)
+        if (p[i] != NULL)
+            cr_assert_eq(gp_sim_launch(sim, s, p[i], 48 * 1024, GP_SIM_CHECK, 100 + (uint64_t)i, 100), GP_OK);
+    gp_sim_synchronize(sim);
+    gp_sim_report r;
+    gp_sim_get_report(sim, &r);
+    cr_expect_eq(r.pattern_mismatches + r.bad_calls, 0, "%s", gp_sim_first_violation(sim));
+    for (int i = 0; i < N; i++)
+        if (p[i] != NULL)
+            cr_assert_eq(gp_free(pool, p[i], s), GP_OK);
+}
+
 /* The wait before a pause's unmaps fails: nothing was unmapped, the pause is rolled back. */
 Test(tenants, pause_whose_wait_fails_rolls_back)
 {
