@@ -1,7 +1,9 @@
 """bench/gpu/torch_checks.py — short checks of gpupool under PyTorch on a real GPU, for run.sh.
 
-    torch_checks.py trim       pause/resume keep a tenant's tensor contents (backend vmm), and the time
-                               of a trim that gives back 8 GiB of cached memory (RESULT trim_8gib_ms=...)
+    torch_checks.py trim       pause/resume keep a tenant's tensor contents (backend vmm), the time of
+                               a pause while another model's kernels run (RESULT pause_beside_busy_ms=...,
+                               against the same pause after torch.cuda.synchronize), and the time of a
+                               trim that gives back 8 GiB of cached memory (RESULT trim_8gib_ms=...)
     torch_checks.py threads    three threads, each on its own stream, hand tensors to each other with
                                record_stream; every tensor's contents are checked after reuse
 
@@ -19,8 +21,51 @@ import gpupool.torch as gt
 GiB = 1 << 30
 
 
+def pause_beside_busy_model():
+    """Pauses model "m2" (64 MiB of weights) while model "busy" has about 300 ms of matmuls queued on a
+    stream of its own: the pause waits for m2's streams only, so it should take far less than the
+    busy model's queue; with synchronize=True (the whole device first) it takes the queue's time."""
+    s = torch.cuda.Stream()
+    gt.bind_stream(s, "busy")
+    with torch.cuda.stream(s):
+        a = torch.randn(4096, 4096, device="cuda")
+    with gt.model("m2"):
+        w = torch.arange(16 << 20, device="cuda", dtype=torch.float32)
+    ref = float(w.sum())
+
+    def queue(n):
+        with torch.cuda.stream(s):
+            for _ in range(n):
+                a.copy_(a @ a * 1e-4)
+
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    queue(10)
+    s.synchronize()
+    per = max((time.perf_counter() - t0) / 10, 1e-5)
+    n = max(1, int(0.3 / per))
+    times = {}
+    for sync in (False, True):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        queue(n)
+        queued = time.perf_counter()
+        gt.pause("m2", synchronize=sync)
+        paused = time.perf_counter()
+        s.synchronize()
+        done = time.perf_counter()
+        gt.resume("m2")
+        times[sync] = ((paused - queued) * 1000, (done - t0) * 1000)
+    ok = float(w.sum()) == ref
+    print("RESULT pause_beside_busy_ms=%.1f pause_after_device_sync_ms=%.1f busy_queue_ms=%.1f contents=%s"
+          % (times[False][0], times[True][0], times[False][1], "ok" if ok else "CHANGED"), flush=True)
+    del a, w
+    return ok
+
+
 def check_trim():
     gt.install()
+    ok_busy = pause_beside_busy_model()
     with gt.model("m"):
         t = torch.arange(16 << 20, device="cuda", dtype=torch.float32)
     ref = float(t.sum())
@@ -36,7 +81,7 @@ def check_trim():
     released = gt.empty_cache()
     ms = (time.perf_counter() - t0) * 1000
     print("RESULT trim_8gib_ms=%.1f released_bytes=%d" % (ms, released), flush=True)
-    return ok and released >= 8 * GiB
+    return ok and ok_busy and released >= 8 * GiB
 
 
 def check_threads():
