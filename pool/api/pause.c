@@ -70,9 +70,17 @@ static bool tenant_range(const gp_segment *seg, const gp_tenant *t)
 static int drain(gp_pool_state *p, const gp_stream_set *set)
 {
     int rc = GP_OK;
-    for (unsigned i = 0; i < set->count && rc == GP_OK; i++)
-        if (set->member == NULL || set->member[i]) /* NULL: every stream is locked, and waited for */
-            rc = gp_stream_drain(p, p->streams.by_index[i]);
+    for (unsigned i = 0; i < set->count && rc == GP_OK; i++) {
+        gp_stream_state *st = p->streams.by_index[i];
+        if (set->member != NULL && !set->member[i])
+            continue; /* NULL: every stream is locked, and waited for */
+        /* A stream the application had the pool forget (before destroying it) and has not used with the
+         * pool since: its work was waited for then, and its handle may be dead (gp_stream_forget). */
+        bool recorded = set->recorded != NULL && set->recorded[i];
+        if (!recorded && st->forgotten && st->num_allocs + st->num_frees == st->forgotten_ops)
+            continue;
+        rc = gp_stream_drain(p, st);
+    }
     return rc;
 }
 

@@ -56,6 +56,8 @@ GP_API int gp_stream_forget(gp_pool *pool, gp_stream stream)
         if (st->handle != stream)
             continue;
         st->done_seq = st->fence_seq = st->free_seq; /* every use of what it freed is over (step 1) */
+        st->forgotten = true; /* the thread caches' counts came back with the locks */
+        st->forgotten_ops = st->num_allocs + st->num_frees;
         if (st->fence == NULL)
             continue;
         if (st->fence_recorded)

@@ -60,6 +60,11 @@ typedef struct gp_stream_state {
     uint64_t free_seq, fence_seq, done_seq;
     gp_event fence;
     bool fence_recorded;
+    /* gp_stream_forget ran (the application destroys the handle after it), when this stream's
+     * allocations + frees were forgotten_ops: while they still are, nothing the pool knows of has run
+     * on the handle since, and a pause does not record on it (api/pause.c). */
+    bool forgotten;
+    uint64_t forgotten_ops;
 
     /* Counters owned by this stream (summed by gp_get_stats); live blocks are live.count. */
     uint64_t num_allocs, num_frees;

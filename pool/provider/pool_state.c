@@ -79,6 +79,7 @@ void gp_lock_tenant_streams(gp_pool_state *p, const gp_tenant *t, gp_stream_set 
     set->count = atomic_load(&p->streams.count);
     set->member = calloc(set->count + 1, sizeof *set->member);
     bool *recorded = calloc(set->count + 1, sizeof *recorded);
+    set->recorded = NULL;
     if (set->member == NULL || recorded == NULL) { /* out of host memory: every stream, as before */
         free(set->member);
         free(recorded);
@@ -101,7 +102,7 @@ void gp_lock_tenant_streams(gp_pool_state *p, const gp_tenant *t, gp_stream_set 
         for (unsigned i = 0; i < set->count; i++)
             set->member[i] |= recorded[i];
     }
-    free(recorded);
+    set->recorded = recorded;
 }
 
 void gp_unlock_stream_set(gp_pool_state *p, gp_stream_set *set)
@@ -112,7 +113,9 @@ void gp_unlock_stream_set(gp_pool_state *p, gp_stream_set *set)
     }
     unlock_set(p, set);
     free(set->member);
+    free(set->recorded);
     set->member = NULL;
+    set->recorded = NULL;
 }
 
 void gp_segment_place(gp_pool_state *p, gp_segment *seg, gp_stream_state *st, uintptr_t addr, size_t size, bool small,

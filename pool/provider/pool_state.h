@@ -154,6 +154,7 @@ void gp_unlock_all_streams(gp_pool_state *p);
  */
 typedef struct gp_stream_set {
     bool *member; /* by stream index (gp_stream_state.index); NULL: every stream */
+    bool *recorded; /* of those, the streams t's blocks are recorded for (not t's own only) */
     unsigned count; /* streams in the table when the set was made (the pool lock keeps it) */
 } gp_stream_set;
 void gp_lock_tenant_streams(gp_pool_state *p, const struct gp_tenant *t, gp_stream_set *set);

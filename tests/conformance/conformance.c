@@ -148,6 +148,16 @@ static gp_stream stream_new(conf_dev *d)
     return gp_sim_stream_create(d->sim);
 }
 
+/* The application destroys a stream it had the pool forget (gp_stream_forget first, as gpupool.h says). */
+static void stream_forget_and_destroy(conf_dev *d, gp_stream s)
+{
+    CHECK(POOL(gp_stream_forget(d->pool, s)) == GP_OK, "forget: %s", gp_last_error());
+#if CONF_CUDA
+    if (cuda_api)
+        CHECK(cudaStreamDestroy((cudaStream_t)s) == cudaSuccess, "cudaStreamDestroy");
+#endif
+}
+
 /* The application's ordering before it uses memory on another stream (here: a host wait). */
 static void stream_sync(conf_dev *d, gp_stream s)
 {
@@ -334,6 +344,13 @@ static void case_mappings_and_pause(void)
         CHECK(POOL(gp_alloc(d.pool, &p[i], 6 * MIB + (size_t)i * 4096, s)) == GP_OK, "alloc: %s", gp_last_error());
         kernel(&d, s, p[i], 6 * MIB, GP_SIM_WRITE, 200 + (uint64_t)i, 1000);
     }
+    /* A stream m used once, then forgot and destroyed: the pause must not record on its dead handle. */
+    gp_stream once = stream_new(&d);
+    void *tmp = NULL;
+    CHECK(POOL(gp_alloc(d.pool, &tmp, MIB, once)) == GP_OK, "alloc: %s", gp_last_error());
+    kernel(&d, once, tmp, MIB, GP_SIM_WRITE, 5, 100);
+    CHECK(POOL(gp_free(d.pool, tmp, once)) == GP_OK, "free: %s", gp_last_error());
+    stream_forget_and_destroy(&d, once);
     CHECK(POOL(gp_tenant_pop(d.pool)) == GP_OK, "pop");
     sync_dev(&d);
     /* Another model's long kernel stays queued through the pause: the pause waits for m's streams only
