@@ -47,6 +47,10 @@ GP_API void gp_sim_release(gp_sim *sim);
 
 /* A fresh stream handle, distinct from every other one this sim has handed out (never NULL). */
 GP_API gp_stream gp_sim_stream_create(gp_sim *sim);
+/* The application destroys `stream` (cudaStreamDestroy): its queued work still completes; from now on
+ * a kernel, event record or stream wait naming it is a bad call (CUDA may give the handle to another
+ * stream), so that tests see the pool keep gp_stream_forget's promise. */
+GP_API void gp_sim_stream_destroy(gp_sim *sim, gp_stream stream);
 
 enum gp_sim_kernel_op {
     GP_SIM_READ = 0,  /* reads the range */

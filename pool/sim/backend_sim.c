@@ -297,6 +297,21 @@ static int sim_event_destroy(void *ctx, gp_event handle)
     return rc;
 }
 
+/* The sim's stream for a call naming `stream` (sim locked): GP_ERR_DEVICE when host memory is out, a
+ * bad call when the application destroyed it (gp_sim_stream_destroy): CUDA may have given the handle
+ * to another stream since, so the pool must not name it (gp_stream_forget says when). */
+static int live_stream(gp_sim *sim, gp_stream stream, const char *what, gpsim_stream **out)
+{
+    gpsim_stream *s = gpsim_stream_get(sim, stream);
+    if (s == NULL)
+        return GP_ERR_DEVICE;
+    if (s->destroyed)
+        return bad_call(sim, "use after destroy: %s on stream 0x%" PRIxPTR " after gp_sim_stream_destroy", what,
+                        (uintptr_t)stream);
+    *out = s;
+    return GP_OK;
+}
+
 static int sim_event_record(void *ctx, gp_event handle, gp_stream stream)
 {
     gp_sim *sim = ctx;
@@ -304,8 +319,8 @@ static int sim_event_record(void *ctx, gp_event handle, gp_stream stream)
     gpsim_event *ev = NULL;
     int rc = begin_event_call(sim, GP_SIM_CALL_EVENT_RECORD, "event_record", handle, &ev);
     gpsim_stream *s = NULL;
-    if (rc == GP_OK && (s = gpsim_stream_get(sim, stream)) == NULL)
-        rc = GP_ERR_DEVICE;
+    if (rc == GP_OK)
+        rc = live_stream(sim, stream, "event_record", &s);
     if (rc == GP_OK)
         rc = gpsim_event_record(sim, ev, s);
     unlock(sim);
@@ -355,8 +370,8 @@ static int sim_stream_wait_event(void *ctx, gp_stream stream, gp_event handle)
     gpsim_event *ev = NULL;
     int rc = begin_event_call(sim, GP_SIM_CALL_STREAM_WAIT, "stream_wait_event", handle, &ev);
     gpsim_stream *s = NULL;
-    if (rc == GP_OK && (s = gpsim_stream_get(sim, stream)) == NULL)
-        rc = GP_ERR_DEVICE;
+    if (rc == GP_OK)
+        rc = live_stream(sim, stream, "stream_wait_event", &s);
     if (rc == GP_OK)
         rc = gpsim_stream_wait_event(sim, s, ev);
     unlock(sim);
@@ -767,6 +782,17 @@ GP_API gp_stream gp_sim_stream_create(gp_sim *sim)
     return handle;
 }
 
+GP_API void gp_sim_stream_destroy(gp_sim *sim, gp_stream stream)
+{
+    if (sim == NULL)
+        return;
+    lock(sim);
+    gpsim_stream *s = sim->closed ? NULL : gpsim_stream_get(sim, stream);
+    if (s != NULL)
+        s->destroyed = true;
+    unlock(sim);
+}
+
 GP_API int gp_sim_launch(gp_sim *sim, gp_stream stream, const void *addr, size_t len, int op,
                          uint64_t seed, uint64_t duration_ns)
 {
@@ -793,8 +819,8 @@ GP_API int gp_sim_launch(gp_sim *sim, gp_stream stream, const void *addr, size_t
                           gpsim_kernel_op_name(op), (uintptr_t)stream, start, len);
     }
     gpsim_stream *s = NULL;
-    if (rc == GP_OK && (s = gpsim_stream_get(sim, stream)) == NULL)
-        rc = GP_ERR_DEVICE;
+    if (rc == GP_OK)
+        rc = live_stream(sim, stream, "kernel launch", &s);
     if (rc == GP_OK)
         rc = gpsim_launch(sim, s, start, len, op, seed, duration_ns, pieces, piece_count); /* owns pieces */
     else

@@ -214,6 +214,7 @@ typedef struct gpsim_op {
 typedef struct gpsim_stream {
     gp_stream handle;
     size_t index;          /* position in gp_sim.streams */
+    bool destroyed;        /* gp_sim_stream_destroy: its queued work completes; a later call on it is bad */
     gpsim_op *queue;
     size_t queue_head, queue_len, queue_capacity;
     uint64_t enq_seq, done_seq;

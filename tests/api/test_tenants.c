@@ -556,6 +556,52 @@ Test(tenants, staging_copies_neighbouring_blocks_together)
             cr_assert_eq(gp_free(pool, p[i], s), GP_OK);
 }
 
+/* A stream of the tenant that the application had the pool forget and then destroyed: pausing,
+ * resuming, trimming and destroying the pool never name its dead handle (the sim's use-after-destroy
+ * check is a bad call), as gp_stream_forget promises; a stream forgotten and then used again with the
+ * pool is waited for again. */
+Test(tenants, a_forgotten_and_destroyed_stream_is_never_named_again)
+{
+    open_pool("sim-vmm", "device_memory:1GiB");
+    create("m", 0, 0, 0);
+    gp_stream s = gp_sim_stream_create(sim), gone = gp_sim_stream_create(sim), back = gp_sim_stream_create(sim);
+    cr_assert_eq(gp_tenant_bind_stream(pool, "m", s), GP_OK);
+    cr_assert_eq(gp_tenant_bind_stream(pool, "m", gone), GP_OK);
+    cr_assert_eq(gp_tenant_bind_stream(pool, "m", back), GP_OK);
+    void *a, *t, *u;
+    cr_assert_eq(gp_alloc(pool, &a, 9 * MIB, s), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_sim_launch(sim, s, a, 9 * MIB, GP_SIM_WRITE, 41, 1000), GP_OK);
+    cr_assert_eq(gp_alloc(pool, &t, 5 * MIB, gone), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_sim_launch(sim, gone, t, 5 * MIB, GP_SIM_WRITE, 42, 1000), GP_OK);
+    cr_assert_eq(gp_free(pool, t, gone), GP_OK);
+    cr_assert_eq(gp_alloc(pool, &u, 3 * MIB, back), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_free(pool, u, back), GP_OK);
+    cr_assert_eq(gp_stream_forget(pool, gone), GP_OK, "%s", gp_last_error());
+    gp_sim_stream_destroy(sim, gone);
+    cr_assert_eq(gp_stream_forget(pool, back), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_alloc(pool, &u, 3 * MIB, back), GP_OK, "used again: %s", gp_last_error());
+    cr_assert_eq(gp_sim_launch(sim, back, u, 3 * MIB, GP_SIM_WRITE, 43, 5000000), GP_OK); /* 5 ms */
+    uint64_t t0 = gp_sim_now(sim);
+
+    cr_assert_eq(gp_tenant_pause(pool, "m", GP_PAUSE_KEEP_CONTENTS), GP_OK, "%s", gp_last_error());
+    cr_expect_geq(gp_sim_now(sim) - t0, 5000000, "the stream used again after forget was waited for");
+    cr_assert_eq(gp_tenant_resume(pool, "m"), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_trim(pool, 0, NULL), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_sim_launch(sim, s, a, 9 * MIB, GP_SIM_CHECK, 41, 100), GP_OK);
+    cr_assert_eq(gp_sim_launch(sim, back, u, 3 * MIB, GP_SIM_CHECK, 43, 100), GP_OK);
+    gp_sim_synchronize(sim);
+    gp_sim_report r;
+    gp_sim_get_report(sim, &r);
+    cr_expect_eq(r.bad_calls, 0, "%s", gp_sim_first_violation(sim));
+    cr_expect_eq(r.pattern_mismatches, 0, "%s", gp_sim_first_violation(sim));
+    cr_assert_eq(gp_free(pool, a, s), GP_OK);
+    cr_assert_eq(gp_free(pool, u, back), GP_OK);
+    cr_assert_eq(gp_pool_destroy(pool, NULL), GP_OK, "%s", gp_last_error());
+    pool = NULL;
+    gp_sim_get_report(sim, &r);
+    cr_expect_eq(r.bad_calls, 0, "destroy: %s", gp_sim_first_violation(sim));
+}
+
 /* The wait before a pause's unmaps fails: nothing was unmapped, the pause is rolled back. */
 Test(tenants, pause_whose_wait_fails_rolls_back)
 {

@@ -23,8 +23,9 @@
  * FUZZ_API_VERBOSE=1 in the environment prints every call and its result (to read a crash input).
  *
  * The harness is a correct caller: kernels only touch live blocks, a block freed on another stream has
- * its own stream synchronized first, kernels on other streams only read, the device is synchronized
- * before a pause (the caller's duty), and nothing touches a paused tenant's blocks.
+ * its own stream synchronized first, kernels on other streams only read (on streams recorded with
+ * gp_record_stream), and nothing touches a paused tenant's blocks. It pauses with the tenant's kernels
+ * still queued: waiting for them is the pause's own job.
  *
  * No path is avoided: the known findings of issue 9 that once were (frees in a tenant paused with
  * GP_PAUSE_KEEP_CONTENTS, tenant max/high on sim-vmm, frames left on the thread at destroy, blocks on
@@ -528,7 +529,8 @@ static void op_pause(state *s, reader *r)
     uint8_t k = u8(r);
     int n = k % NUM_NAMES;
     unsigned flags = (k & 0x80) ? GP_PAUSE_KEEP_CONTENTS : 0;
-    gp_sim_synchronize(s->sim); /* the caller's duty: no kernel uses the tenant's memory while paused */
+    /* The tenant's kernels may still be queued (on its blocks' streams, and on streams they were
+     * recorded for): the pause waits for them itself; an unmap or copy under one is a bad call. */
     snapshot before = take(s);
     int rc = gp_tenant_pause(s->pool, names[n], flags);
     after(s, rc, &before, "gp_tenant_pause");
