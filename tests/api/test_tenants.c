@@ -57,6 +57,16 @@ static void create(const char *name, size_t max, size_t high, size_t min)
     cr_assert_eq(gp_tenant_create(pool, name, &l), GP_OK, "%s", gp_last_error());
 }
 
+/* Runs the sim's queued work out and expects no pattern mismatch and no bad device call so far. */
+static void expect_sim_clean(const char *what)
+{
+    gp_sim_synchronize(sim);
+    gp_sim_report r;
+    gp_sim_get_report(sim, &r);
+    cr_expect_eq(r.pattern_mismatches, 0, "%s: %s", what, gp_sim_first_violation(sim));
+    cr_expect_eq(r.bad_calls, 0, "%s: %s", what, gp_sim_first_violation(sim));
+}
+
 TestSuite(tenants, .fini = teardown);
 
 Test(tenants, attribution_thread_then_stream_then_default)
@@ -507,10 +517,7 @@ Test(tenants, other_models_allocate_and_free_while_a_pause_waits_and_copies)
     cr_expect(other_model.done && other_model.ok, "the other model's allocation or free failed");
     cr_assert_eq(gp_tenant_resume(pool, "idle"), GP_OK, "%s", gp_last_error());
     cr_assert_eq(gp_sim_launch(sim, s, a, 9 * MIB, GP_SIM_CHECK, 31, 100), GP_OK);
-    gp_sim_synchronize(sim);
-    gp_sim_report r;
-    gp_sim_get_report(sim, &r);
-    cr_expect_eq(r.pattern_mismatches + r.bad_calls, 0, "%s", gp_sim_first_violation(sim));
+    expect_sim_clean("the contents after pause and resume");
     cr_assert_eq(gp_free(pool, a, s), GP_OK);
 }
 
@@ -547,10 +554,7 @@ Test(tenants, staging_copies_neighbouring_blocks_together)
     for (int i = 0; i < N; i++)
         if (p[i] != NULL)
             cr_assert_eq(gp_sim_launch(sim, s, p[i], 48 * 1024, GP_SIM_CHECK, 100 + (uint64_t)i, 100), GP_OK);
-    gp_sim_synchronize(sim);
-    gp_sim_report r;
-    gp_sim_get_report(sim, &r);
-    cr_expect_eq(r.pattern_mismatches + r.bad_calls, 0, "%s", gp_sim_first_violation(sim));
+    expect_sim_clean("the tensors after pause and resume");
     for (int i = 0; i < N; i++)
         if (p[i] != NULL)
             cr_assert_eq(gp_free(pool, p[i], s), GP_OK);
@@ -589,17 +593,12 @@ Test(tenants, a_forgotten_and_destroyed_stream_is_never_named_again)
     cr_assert_eq(gp_trim(pool, 0, NULL), GP_OK, "%s", gp_last_error());
     cr_assert_eq(gp_sim_launch(sim, s, a, 9 * MIB, GP_SIM_CHECK, 41, 100), GP_OK);
     cr_assert_eq(gp_sim_launch(sim, back, u, 3 * MIB, GP_SIM_CHECK, 43, 100), GP_OK);
-    gp_sim_synchronize(sim);
-    gp_sim_report r;
-    gp_sim_get_report(sim, &r);
-    cr_expect_eq(r.bad_calls, 0, "%s", gp_sim_first_violation(sim));
-    cr_expect_eq(r.pattern_mismatches, 0, "%s", gp_sim_first_violation(sim));
+    expect_sim_clean("pause, resume and trim after a forgotten stream");
     cr_assert_eq(gp_free(pool, a, s), GP_OK);
     cr_assert_eq(gp_free(pool, u, back), GP_OK);
     cr_assert_eq(gp_pool_destroy(pool, NULL), GP_OK, "%s", gp_last_error());
     pool = NULL;
-    gp_sim_get_report(sim, &r);
-    cr_expect_eq(r.bad_calls, 0, "destroy: %s", gp_sim_first_violation(sim));
+    expect_sim_clean("destroy after a forgotten stream");
 }
 
 /* The wait before a pause's unmaps fails: nothing was unmapped, the pause is rolled back. */

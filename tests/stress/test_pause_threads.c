@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "expect.h"
 #include "gpupool.h"
 #include "gpupool_sim.h"
 
@@ -36,18 +37,7 @@
 static gp_pool *pool;
 static gp_sim *sim;
 static const char *servers[SERVERS] = {"serve-a", "serve-b"};
-static atomic_int failures;
 static atomic_bool napping_done;
-
-#define EXPECT(cond, ...)                                                                                      \
-    do {                                                                                                       \
-        if (!(cond)) {                                                                                         \
-            atomic_fetch_add(&failures, 1);                                                                    \
-            fprintf(stderr, "test_pause_threads: %s:%d: ", __FILE__, __LINE__);                                \
-            fprintf(stderr, __VA_ARGS__);                                                                      \
-            fprintf(stderr, " [%s]\n", gp_last_error());                                                      \
-        }                                                                                                      \
-    } while (0)
 
 static uint64_t next_random(uint64_t *s)
 {
@@ -222,7 +212,7 @@ int main(void)
     gp_sim_get_report(sim, &r);
     EXPECT(r.leaked_bytes_at_close == 0 && r.leaked_events_at_close == 0, "leaks at close");
     gp_sim_release(sim);
-    int failed = atomic_load(&failures);
+    int failed = failures;
     printf("%d passed, %d failed\n", failed == 0 ? 1 : 0, failed == 0 ? 0 : 1);
     return failed == 0 ? 0 : 1;
 }
