@@ -1555,7 +1555,8 @@ bool gp_alias_small_recall(gp_pool_state *p, gp_segment *seg)
                 bool idle = block_at(r, r->addr + j * p->page)->state == GP_BLOCK_SHADOW;
                 if (idle && !in_use && drop_slots(p, r, j, 1) != GP_OK)
                     return false;
-                if (!idle && in_use && (h.seg->alias_count[h.index] != 1 || own_page(p, r, j, NULL) != GP_OK))
+                /* r's owner is seg's, whose lock the caller holds: own_page waits for its fence */
+                if (!idle && in_use && (h.seg->alias_count[h.index] != 1 || own_page(p, r, j, seg->owner) != GP_OK))
                     return false;
             }
         }

@@ -9,10 +9,12 @@
  * what may still use the pages (gp_pages_quiesce). Free memory of a stream's heap is used by no other
  * stream's work any more (stream-ordered reuse hands it to another stream only once its events say
  * so), so the stream's own fence at the memory's free stamp is all there is to wait for: one model's
- * unmap does not wait for the other models' queued work, as a device synchronize did. Where the pool
- * cannot name one stream (destroy, pause and the undoing of a failed resume, where live blocks of any
- * stream may lie in the pages; a stitched range taking over its home page without the home owner's
- * lock, alias.c: own_page), or has no event to wait on, it synchronizes the device.
+ * unmap does not wait for the other models' queued work, as a device synchronize did. A pause waits
+ * for its tenant's streams first (api/pause.c: gp_stream_drain) and then unmaps with no wait
+ * (gp_pages_unmap_quiesced), as does the undoing of a failed resume (no work has seen those pages).
+ * Where the pool cannot name one stream (destroy; a stitched range taking over its home page without
+ * the home owner's lock, alias.c: own_page, which no caller does now), or has no event to wait on, it
+ * synchronizes the device.
  * Pool lock held; a range's blocks change under its owner's stream lock.
  */
 #include <assert.h>

@@ -1150,6 +1150,40 @@ Test(vmm, small_growth_aliases_a_free_page_of_the_large_range)
     cr_assert_eq(gp_free(pool, pin, stream), GP_OK);
 }
 
+/* Another stream takes a large range whose only use left is a page its owner's small heap has on loan
+ * (steal_range, after gp_alias_small_recall): that page becomes the small range's own, and its home is
+ * unmapped after the owner's fence, not after a device synchronize (another model's long kernel stays
+ * queued). The small block keeps its contents. */
+Test(vmm, a_range_with_only_small_loans_changes_stream_without_a_device_synchronize)
+{
+    open_pool(ALIAS_CONFIG);
+    gp_stream owner = stream, taker = gp_sim_stream_create(sim), busy = gp_sim_stream_create(sim);
+    void *pin, *tail;
+    free_tail(&pin, &tail);
+    void *s = alloc_written(SMALL, 41); /* an alias of the large range's last free page */
+    gp_sim_synchronize(sim);
+    cr_assert_eq(gp_free(pool, pin, owner), GP_OK);
+    cr_assert_eq(gp_tenant_create(pool, "other", NULL), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_tenant_bind_stream(pool, "other", busy), GP_OK, "%s", gp_last_error());
+    void *b;
+    cr_assert_eq(gp_alloc(pool, &b, P, busy), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_sim_launch(sim, busy, b, P, GP_SIM_WRITE, 9, 1000000000), GP_OK); /* 1 s */
+    gp_stats before = stats_now();
+    uint64_t t0 = gp_sim_now(sim);
+    void *q;
+    cr_assert_eq(gp_alloc(pool, &q, 3 * MIB, taker), GP_OK, "%s", gp_last_error());
+    gp_stats after = stats_now();
+    cr_assert_eq(after.num_stream_steals, before.num_stream_steals + 1, "the range changed stream");
+    cr_assert_eq(after.num_device_syncs, before.num_device_syncs, "the device was synchronized");
+    cr_assert_lt(gp_sim_now(sim) - t0, 1000000000, "it waited for the other model's kernel");
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    check_pattern(s, SMALL, 41);
+    gp_sim_synchronize(sim);
+    cr_assert_eq(gp_free(pool, s, owner), GP_OK);
+    cr_assert_eq(gp_free(pool, q, taker), GP_OK);
+    cr_assert_eq(gp_free(pool, b, busy), GP_OK);
+}
+
 /* Without aliasing the same layout grows the small heap by a new page (the control for the above). */
 Test(vmm, small_growth_without_alias_makes_a_new_page)
 {
