@@ -189,8 +189,8 @@ GP_API int gp_tenant_bind_stream(gp_pool *pool, const char *name, gp_stream stre
  *
  * Before it unmaps, a pause waits for the work already queued on the tenant's streams (those it
  * allocated or freed on, or is bound to, but not one forgotten with gp_stream_forget and unused with
- * the pool since) and on streams its blocks were recorded for (gp_record_stream), and for nothing else: other models' kernels keep running, and the contents are
- * copied on a stream of the pool's own. Memory used on a stream the pool was never told of must be
+ * the pool since) and on streams its blocks were recorded for (gp_record_stream), and for nothing
+ * else: other models' kernels keep running, and the contents are copied on a stream of the pool's own. Memory used on a stream the pool was never told of must be
  * ordered by the caller (the same contract as stream-ordered reuse, and as Tensor.record_stream).
  *
  * A pause that fails (a device call fails part-way) keeps the contents, with or without

@@ -12,7 +12,7 @@
  * live, each from its own offset, so a block freed while paused shifts nothing.
  *
  * What a pause waits for: the work queued on the tenant's own streams and on streams its blocks were
- * recorded for (drain_tenant), never the whole device, so that pausing an idle model does not stall the
+ * recorded for (drain), never the whole device, so that pausing an idle model does not stall the
  * models still serving; the staging copies run on the backend's own copy stream (backend.h).
  *
  * A pause is done in two phases, so that a failure at any page loses nothing:
@@ -77,7 +77,7 @@ static int drain(gp_pool_state *p, const gp_stream_set *set)
         /* A stream the application had the pool forget (before destroying it) and has not used with the
          * pool since: its work was waited for then, and its handle may be dead (gp_stream_forget). */
         bool recorded = set->recorded != NULL && set->recorded[i];
-        if (!recorded && st->forgotten && st->num_allocs + st->num_frees == st->forgotten_ops)
+        if (!recorded && gp_stream_unused_since_forget(st))
             continue;
         rc = gp_stream_drain(p, st);
     }

@@ -80,6 +80,14 @@ typedef struct gp_stream_state {
     uint64_t size_class_allocs[GP_SIZE_CLASS_COUNT];
 } gp_stream_state;
 
+/* True when gp_stream_forget ran on st and the pool has seen no allocation or free on it since, so
+ * that nothing it knows of has run on the handle since (which may be dead). st locked, its thread
+ * caches returned (their counts are then current). */
+static inline bool gp_stream_unused_since_forget(const gp_stream_state *st)
+{
+    return st->forgotten && st->num_allocs + st->num_frees == st->forgotten_ops;
+}
+
 typedef struct gp_stream_table {
     _Atomic(gp_stream_state *) *slots;
     unsigned capacity;        /* at least 2 * (2 * max_streams), a power of two */

@@ -1,8 +1,8 @@
 /*
  * pool_state.c — the pool state's own bookkeeping, which makes no device call: the list of segments,
- * placing a new segment in it, locking every stream (or a tenant's: gp_lock_tenant_streams), flushing and counting the streams' allocated
- * deltas, freeing all metadata at destroy, and the accounting check of gp_check (the invariants of
- * pool_state.h).
+ * placing a new segment in it, locking every stream (or a tenant's: gp_lock_tenant_streams), flushing
+ * and counting the streams' allocated deltas, freeing all metadata at destroy, and the accounting
+ * check of gp_check (the invariants of pool_state.h).
  */
 #include <assert.h>
 #include <stdio.h>
@@ -25,37 +25,33 @@ void gp_segment_unlink(gp_pool_state *p, gp_segment *seg)
     p->segment_count--;
 }
 
-void gp_lock_all_streams(gp_pool_state *p)
-{
-    unsigned count = atomic_load(&p->streams.count);
-    for (unsigned i = 0; i < count; i++)
-        pthread_mutex_lock(&p->streams.by_index[i]->lock);
-    for (unsigned i = 0; i < count; i++) /* a whole-pool walk sees no block in a thread cache */
-        gp_thread_cache_return(p, p->streams.by_index[i]);
-}
-
-void gp_unlock_all_streams(gp_pool_state *p)
-{
-    unsigned count = atomic_load(&p->streams.count);
-    for (unsigned i = count; i-- > 0;)
-        pthread_mutex_unlock(&p->streams.by_index[i]->lock);
-}
-
+/* Locks the streams of `set` (member NULL: every stream) in index order, then returns their thread
+ * caches' blocks, so that a walk over their segments sees them all. */
 static void lock_set(gp_pool_state *p, const gp_stream_set *set)
 {
     for (unsigned i = 0; i < set->count; i++)
-        if (set->member[i])
+        if (set->member == NULL || set->member[i])
             pthread_mutex_lock(&p->streams.by_index[i]->lock);
     for (unsigned i = 0; i < set->count; i++)
-        if (set->member[i])
+        if (set->member == NULL || set->member[i])
             gp_thread_cache_return(p, p->streams.by_index[i]);
 }
 
 static void unlock_set(gp_pool_state *p, const gp_stream_set *set)
 {
     for (unsigned i = set->count; i-- > 0;)
-        if (set->member[i])
+        if (set->member == NULL || set->member[i])
             pthread_mutex_unlock(&p->streams.by_index[i]->lock);
+}
+
+void gp_lock_all_streams(gp_pool_state *p)
+{
+    lock_set(p, &(gp_stream_set){NULL, NULL, atomic_load(&p->streams.count)});
+}
+
+void gp_unlock_all_streams(gp_pool_state *p)
+{
+    unlock_set(p, &(gp_stream_set){NULL, NULL, atomic_load(&p->streams.count)});
 }
 
 /* Marks in recorded[] the streams t's blocks are recorded for (t's streams locked). */
@@ -84,7 +80,7 @@ void gp_lock_tenant_streams(gp_pool_state *p, const gp_tenant *t, gp_stream_set 
         free(set->member);
         free(recorded);
         set->member = NULL;
-        gp_lock_all_streams(p);
+        lock_set(p, set);
         return;
     }
     for (unsigned i = 0; i < set->count; i++)
@@ -107,10 +103,6 @@ void gp_lock_tenant_streams(gp_pool_state *p, const gp_tenant *t, gp_stream_set 
 
 void gp_unlock_stream_set(gp_pool_state *p, gp_stream_set *set)
 {
-    if (set->member == NULL) {
-        gp_unlock_all_streams(p);
-        return;
-    }
     unlock_set(p, set);
     free(set->member);
     free(set->recorded);

@@ -81,27 +81,11 @@ bool gp_stream_done_upto(gp_pool_state *p, gp_stream_state *st, uint64_t seq)
     return seq <= st->done_seq || seq <= fence_poll(p, st);
 }
 
-int gp_stream_wait_upto(gp_pool_state *p, gp_stream_state *st, uint64_t seq)
+/* Blocks the host on st's fence in flight when `covered` (it covers what the caller waits for), else
+ * synchronizes the device (no event to be had, or its record failed). st locked. */
+static int host_wait(gp_pool_state *p, gp_stream_state *st, bool covered)
 {
-    assert(seq <= st->free_seq);
-    if (gp_stream_done_upto(p, st, seq))
-        return GP_OK;
-    if (fence_event(p, st) == NULL || !fence_covers(p, st, seq)) {
-        atomic_fetch_add(&p->num_device_syncs, 1);
-        return p->ops->device_synchronize(p->ctx);
-    }
-    int rc = p->ops->event_synchronize(p->ctx, st->fence);
-    if (rc != GP_OK)
-        return rc;
-    atomic_fetch_add(&p->num_unmap_waits, 1);
-    fence_completed(st);
-    assert(seq <= st->done_seq);
-    return GP_OK;
-}
-
-int gp_stream_drain(gp_pool_state *p, gp_stream_state *st)
-{
-    if (fence_event(p, st) == NULL || !fence_record(p, st)) {
+    if (!covered) {
         atomic_fetch_add(&p->num_device_syncs, 1);
         return p->ops->device_synchronize(p->ctx);
     }
@@ -110,8 +94,26 @@ int gp_stream_drain(gp_pool_state *p, gp_stream_state *st)
         return rc; /* the record stays in flight; a later poll completes it */
     atomic_fetch_add(&p->num_unmap_waits, 1);
     fence_completed(st);
-    assert(st->done_seq == st->free_seq);
     return GP_OK;
+}
+
+int gp_stream_wait_upto(gp_pool_state *p, gp_stream_state *st, uint64_t seq)
+{
+    assert(seq <= st->free_seq);
+    if (gp_stream_done_upto(p, st, seq))
+        return GP_OK;
+    bool covered = fence_event(p, st) != NULL && fence_covers(p, st, seq);
+    int rc = host_wait(p, st, covered);
+    assert(rc != GP_OK || !covered || seq <= st->done_seq);
+    return rc;
+}
+
+int gp_stream_drain(gp_pool_state *p, gp_stream_state *st)
+{
+    bool recorded = fence_event(p, st) != NULL && fence_record(p, st); /* covers all queued so far */
+    int rc = host_wait(p, st, recorded);
+    assert(rc != GP_OK || !recorded || st->done_seq == st->free_seq);
+    return rc;
 }
 
 /* Whether taker's stream can be made to wait for the uses of owner's blocks stamped `seq` (owner
