@@ -74,6 +74,26 @@ static void sync_ok(void *ctx)
     cr_assert_eq(B->device_synchronize(ctx), GP_OK, "device_synchronize: %s", gp_last_error());
 }
 
+/* Two pages of two handles mapped next to each other in a new 4 MiB range (*va); freed by
+ * release_two_pages once nothing uses them. */
+static void map_two_pages(void *ctx, gp_devptr *va, gp_phys *h1, gp_phys *h2)
+{
+    *va = reserve_ok(ctx, 4 * MiB);
+    *h1 = create_ok(ctx, 2 * MiB);
+    *h2 = create_ok(ctx, 2 * MiB);
+    map_ok(ctx, *va, 2 * MiB, *h1);
+    map_ok(ctx, *va + 2 * MiB, 2 * MiB, *h2);
+}
+
+static void release_two_pages(void *ctx, gp_devptr va, gp_phys h1, gp_phys h2)
+{
+    unmap_ok(ctx, va, 2 * MiB);
+    unmap_ok(ctx, va + 2 * MiB, 2 * MiB);
+    cr_assert_eq(B->phys_release(ctx, h1), GP_OK);
+    cr_assert_eq(B->phys_release(ctx, h2), GP_OK);
+    cr_assert_eq(B->va_release(ctx, va, 4 * MiB), GP_OK);
+}
+
 /* ---- the table -------------------------------------------------------------------------------- */
 
 Test(sim_vmm, registry_and_table)
@@ -493,20 +513,15 @@ Test(sim_vmm_race, different_physical_memory_does_not_race)
     /* adjacent mappings of different handles, written at once by two unordered streams */
     void *ctx;
     gp_sim *sim = open_sim(16 * MiB, &ctx);
-    gp_devptr va = reserve_ok(ctx, 4 * MiB);
-    gp_phys h1 = create_ok(ctx, 2 * MiB), h2 = create_ok(ctx, 2 * MiB);
-    map_ok(ctx, va, 2 * MiB, h1);
-    map_ok(ctx, va + 2 * MiB, 2 * MiB, h2);
+    gp_devptr va;
+    gp_phys h1, h2;
+    map_two_pages(ctx, &va, &h1, &h2);
     gp_stream s = gp_sim_stream_create(sim), g = gp_sim_stream_create(sim);
     cr_assert_eq(gp_sim_launch(sim, s, ptr(va), 2 * MiB, GP_SIM_WRITE, 1, 1000), GP_OK);
     cr_assert_eq(gp_sim_launch(sim, g, ptr(va + 2 * MiB), 2 * MiB, GP_SIM_WRITE, 1, 1000), GP_OK);
     cr_expect_eq(report_of(sim).races, 0);
     sync_ok(ctx);
-    unmap_ok(ctx, va, 2 * MiB);
-    unmap_ok(ctx, va + 2 * MiB, 2 * MiB);
-    cr_assert_eq(B->phys_release(ctx, h1), GP_OK);
-    cr_assert_eq(B->phys_release(ctx, h2), GP_OK);
-    cr_assert_eq(B->va_release(ctx, va, 4 * MiB), GP_OK);
+    release_two_pages(ctx, va, h1, h2);
     B->close(ctx);
 }
 
@@ -681,10 +696,9 @@ Test(sim_vmm, copies_do_not_wait_and_refuse_a_range_in_use)
 {
     void *ctx;
     gp_sim *sim = open_sim(16 * MiB, &ctx);
-    gp_devptr va = reserve_ok(ctx, 4 * MiB);
-    gp_phys a = create_ok(ctx, 2 * MiB), b = create_ok(ctx, 2 * MiB);
-    map_ok(ctx, va, 2 * MiB, a);
-    map_ok(ctx, va + 2 * MiB, 2 * MiB, b);
+    gp_devptr va;
+    gp_phys a, b;
+    map_two_pages(ctx, &va, &a, &b);
     gp_stream s = gp_sim_stream_create(sim), g = gp_sim_stream_create(sim);
     cr_assert_eq(gp_sim_launch(sim, s, ptr(va), 4096, GP_SIM_WRITE, 3, 1000), GP_OK);
     cr_assert_eq(gp_sim_launch(sim, g, ptr(va + 2 * MiB), 64, GP_SIM_WRITE, 1, 5000), GP_OK);
@@ -707,11 +721,7 @@ Test(sim_vmm, copies_do_not_wait_and_refuse_a_range_in_use)
                  gp_sim_first_violation(sim));
     cr_expect_eq(r.bad_calls, 2, "the two refused copies");
     cr_expect_eq(r.races, 0, "%s", gp_sim_first_violation(sim));
-    unmap_ok(ctx, va, 2 * MiB);
-    unmap_ok(ctx, va + 2 * MiB, 2 * MiB);
-    cr_assert_eq(B->phys_release(ctx, a), GP_OK);
-    cr_assert_eq(B->phys_release(ctx, b), GP_OK);
-    cr_assert_eq(B->va_release(ctx, va, 4 * MiB), GP_OK);
+    release_two_pages(ctx, va, a, b);
     B->close(ctx);
 }
 
