@@ -207,7 +207,7 @@ GP_API int gp_tenant_bind_stream(gp_pool *pool, const char *name, gp_stream stre
 GP_API int gp_tenant_pause(gp_pool *pool, const char *name, unsigned flags);
 GP_API int gp_tenant_resume(gp_pool *pool, const char *name);
 
-#define GP_TENANT_STATS_VERSION 1
+#define GP_TENANT_STATS_VERSION 2
 typedef struct gp_tenant_stats {
     uint32_t size;    /* set by the caller to sizeof(gp_tenant_stats) */
     uint32_t version; /* set by the caller to GP_TENANT_STATS_VERSION */
@@ -220,6 +220,9 @@ typedef struct gp_tenant_stats {
     uint64_t refusals;        /* allocations refused with GP_ERR_QUOTA (or GP_ERR_OOM by another's min) */
     uint64_t pauses;
     int paused;
+    /* device memory of the private pools of CUDA graphs captured in the tenant's name (gp_graph_pool_begin),
+     * not in held_bytes; max, high and min count held_bytes + graph_held_bytes */
+    uint64_t graph_held_bytes;
 } gp_tenant_stats;
 
 GP_API int gp_tenant_get_stats(gp_pool *pool, const char *name, gp_tenant_stats *stats);
@@ -229,7 +232,7 @@ GP_API int gp_tenant_name(gp_pool *pool, size_t index, char *buf, size_t len);
 
 /* ---- statistics ------------------------------------------------------------------------------- */
 
-#define GP_STATS_VERSION 1
+#define GP_STATS_VERSION 2
 #define GP_SIZE_CLASS_COUNT 64 /* request-size buckets: bucket k counts [256 << k, 512 << k); 0 also < 256 */
 
 /*
@@ -272,7 +275,11 @@ GP_API int gp_tenant_name(gp_pool *pool, size_t index, char *buf, size_t len);
     X(num_stitches, COUNT, "vmm backends: requests served by moving cached free pages into a new range")       \
     X(idle_released_bytes, BYTES, "bytes given back by idle_release and release_threshold")                    \
     X(paused_bytes, BYTES, "blocks of paused tenants, which hold no device memory while paused: "             \
-                           "allocated + cached == reserved + paused")
+                           "allocated + cached == reserved + paused")                                        \
+    X(graph_pools, COUNT, "private pools of CUDA graphs alive (gp_graph_pool_begin): pools of their own, "    \
+                          "which no field above counts")                                                     \
+    X(graph_reserved_bytes, BYTES, "device memory those pools hold")                                          \
+    X(graph_allocated_bytes, BYTES, "their live blocks (rounded sizes)")
 
 typedef struct gp_stats {
     uint32_t size;    /* set by the caller to sizeof(gp_stats) */
@@ -324,7 +331,9 @@ typedef struct gp_breakdown {
     gp_kind_stats small, large;
 } gp_breakdown;
 
-/* Fills *out from one walk of every segment and block (takes every lock: not for a hot loop). */
+/* Fills *out from one walk of every segment and block (takes every lock: not for a hot loop). The private
+ * pools of the pool's CUDA graphs are counted too, as PyTorch's memory_stats count its graphs' pools
+ * (gp_stats keeps them apart: graph_reserved_bytes). */
 GP_API int gp_get_breakdown(gp_pool *pool, gp_breakdown *out);
 
 /* Sets the peaks (allocated_bytes_peak, reserved_bytes_peak, each tenant's held_bytes_peak) to the

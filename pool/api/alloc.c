@@ -26,7 +26,7 @@ static int gated(gp_pool_state *p, gp_tenant *t, size_t size)
         rc = gp_error_set(GP_ERR_PAUSED, "gp_alloc: tenant '%s' is paused: resume it before allocating (request %zu bytes)",
                           t->name, size);
     } else {
-        size_t held = atomic_load(&t->held), max = atomic_load(&t->max);
+        size_t held = gp_tenant_charged(t), max = atomic_load(&t->max);
         if (max != 0 && held > max)
             rc = gp_provider_admit(p, t, held - max, size); /* trims; refuses while it cannot fit */
         gp_tenant_update_gate(t);

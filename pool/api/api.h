@@ -95,6 +95,10 @@ int gp_capture_defer_free(gp_pool_state *p, void *ptr, gp_stream stream);
 void gp_capture_after_free(gp_pool_state *p, gp_pool *child);
 /* Destroys the graph pools at gp_pool_destroy; adds their leaks to *leaks. */
 void gp_capture_destroy(gp_pool_state *p, gp_leak_report *leaks);
+/* Calls fn on each of p's graph pools alive (released ones whose blocks are still live included), under
+ * the capture lock, which comes before any graph pool's locks and is never taken under p's: the caller
+ * holds none of p's locks. Returns how many. */
+size_t gp_capture_each(gp_pool_state *p, void (*fn)(gp_pool *graph, void *arg), void *arg);
 
 /* ---- free.c ---- */
 /* Says why `addr` is not a live block of this pool: GP_ERR_NOT_OWNED, GP_ERR_INTERIOR or

@@ -29,9 +29,13 @@
  *     (cudaFree / cuMemUnmap synchronise the device) or stitches pages; growth still works: the
  *     backends allocate in relaxed capture mode. A capturing stream outside any window is refused
  *     (GP_ERR_INVALID, a message saying why) before any device call, so the capture stays valid.
+ *   - A graph pool's memory counts against the budget of the tenant that captures into it (Budgets, at
+ *     charge_graph_pool); gp_stats reports graph pools apart (graph_*), gp_get_breakdown with
+ *     the pool's own, as PyTorch's memory_stats count its graphs' pools.
  * What it does not do: concurrent captures into two graph pools of one pool (the second begin is
  * refused), and PyTorch's per-capture stream filter (a C++ std::function C cannot call): every
- * capturing stream of the device is routed to the open window.
+ * capturing stream of the device is routed to the open window. A paused tenant's graph pools keep
+ * their memory, and the cross-process ledger does not charge them to the tenant.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -68,6 +72,22 @@ static int capturing(gp_pool_state *p, gp_stream stream, bool *out)
     return rc;
 }
 
+/*
+ * Budgets. A graph pool's memory is its capturing model's: graph pool g charges what it holds to the
+ * tenant of the first allocation routed to it (the calling thread's current tenant of the parent, else
+ * the capturing stream's binding: gp_tenant_resolve), as that tenant's graph_held, which its max, high
+ * and min count together with what it holds in the parent (ds/tenant.h); its growth is admitted as
+ * that tenant's (provider.c). Graphs that share a pool share the first one's tenant. Called with the
+ * capture lock held, before the graph pool serves the allocation, so that the charge is set before
+ * anything reads it.
+ */
+static void charge_graph_pool(gp_pool_state *p, gp_pool *graph, gp_stream stream)
+{
+    gp_tenant *own = graph->state->tenants.tenants[0]; /* a graph pool's only tenant */
+    if (own->charge_to == NULL)
+        own->charge_to = p->tenants.tenants[gp_tenant_resolve(p, stream)];
+}
+
 /* gp_capture_route past its inline test (api.h): the backend can capture and this is no graph pool. */
 int gp_capture_route_query(gp_pool_state *p, gp_stream stream, const char *fn, gp_pool **route)
 {
@@ -80,6 +100,8 @@ int gp_capture_route_query(gp_pool_state *p, gp_stream stream, const char *fn, g
     if (c != NULL) {
         pthread_mutex_lock(&c->lock);
         *route = c->window;
+        if (*route != NULL)
+            charge_graph_pool(p, *route, stream);
         pthread_mutex_unlock(&c->lock);
     }
     if (*route != NULL)
@@ -138,6 +160,7 @@ static int new_graph_pool(gp_pool_state *p, struct gp_capture_pools *c, uint64_t
     cp->cfg.cache_slack = -1;
     cp->maintains = false;
     cp->graph_child = true;
+    cp->graph_parent = p;
     cp->routes_captures = false;      /* a graph pool serves what its parent routed to it */
     c->items[c->count] = (struct gp_graph_pool){id, child, false};
     *out = &c->items[c->count++];
@@ -269,6 +292,19 @@ gp_pool *gp_capture_owner(gp_pool_state *p, void *ptr)
     }
     pthread_mutex_unlock(&c->lock);
     return owner;
+}
+
+size_t gp_capture_each(gp_pool_state *p, void (*fn)(gp_pool *graph, void *arg), void *arg)
+{
+    struct gp_capture_pools *c = p->capture;
+    if (c == NULL)
+        return 0;
+    pthread_mutex_lock(&c->lock);
+    size_t n = c->count;
+    for (size_t i = 0; i < n; i++)
+        fn(c->items[i].pool, arg);
+    pthread_mutex_unlock(&c->lock);
+    return n;
 }
 
 int gp_capture_defer_free(gp_pool_state *p, void *ptr, gp_stream stream)

@@ -1,6 +1,7 @@
 /*
  * memory_stats.c — the figures behind PyTorch's torch.cuda.memory_stats keys that gp_stats does not
- * hold: the small/large heap breakdown (one walk of every segment and block) and resetting the peaks.
+ * hold: the small/large heap breakdown (one walk of every segment and block, the private pools of CUDA
+ * graphs included, as PyTorch counts them) and resetting the peaks.
  * python/gpupool/torch_stats.py turns them, with gp_stats, into PyTorch's dict.
  */
 #include <string.h>
@@ -51,6 +52,35 @@ static void walk_segment(gp_pool_state *p, const gp_segment *seg, gp_kind_stats 
     }
 }
 
+/* p's own breakdown added into *r (every lock of p taken and given back). */
+static void add_breakdown(gp_pool_state *p, gp_breakdown *r)
+{
+    pthread_mutex_lock(&p->lock);
+    gp_lock_all_streams(p);
+    for (const gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next)
+        if (!seg->paused)
+            walk_segment(p, seg, seg->small ? &r->small : &r->large);
+    r->large.reserved_bytes += p->pooled_count * p->page; /* pages kept unmapped for reuse */
+    unsigned count = atomic_load(&p->streams.count);
+    for (unsigned i = 0; i < count; i++) {
+        const gp_stream_state *st = p->streams.by_index[i];
+        gp_kind_stats *kinds[2] = {&r->large, &r->small};
+        for (int s = 0; s < 2; s++) {
+            kinds[s]->num_allocs_total += st->kind_allocs[s];
+            kinds[s]->num_frees_total += st->kind_frees[s];
+            kinds[s]->alloc_bytes_total += st->kind_alloc_bytes[s];
+            kinds[s]->free_bytes_total += st->kind_free_bytes[s];
+        }
+    }
+    gp_unlock_all_streams(p);
+    pthread_mutex_unlock(&p->lock);
+}
+
+static void add_graph_breakdown(gp_pool *graph, void *r)
+{
+    add_breakdown(graph->state, r);
+}
+
 GP_API int gp_get_breakdown(gp_pool *pool, gp_breakdown *out)
 {
     gp_pool_state *p = NULL;
@@ -63,25 +93,9 @@ GP_API int gp_get_breakdown(gp_pool *pool, gp_breakdown *out)
     memset(&r, 0, sizeof r);
     r.size = out->size;
     r.version = out->version;
-    pthread_mutex_lock(&p->lock);
-    gp_lock_all_streams(p);
-    for (const gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next)
-        if (!seg->paused)
-            walk_segment(p, seg, seg->small ? &r.small : &r.large);
-    r.large.reserved_bytes += p->pooled_count * p->page; /* pages kept unmapped for reuse */
-    unsigned count = atomic_load(&p->streams.count);
-    for (unsigned i = 0; i < count; i++) {
-        const gp_stream_state *st = p->streams.by_index[i];
-        gp_kind_stats *kinds[2] = {&r.large, &r.small};
-        for (int s = 0; s < 2; s++) {
-            kinds[s]->num_allocs_total += st->kind_allocs[s];
-            kinds[s]->num_frees_total += st->kind_frees[s];
-            kinds[s]->alloc_bytes_total += st->kind_alloc_bytes[s];
-            kinds[s]->free_bytes_total += st->kind_free_bytes[s];
-        }
-    }
-    gp_unlock_all_streams(p);
-    pthread_mutex_unlock(&p->lock);
+    add_breakdown(p, &r);
+    /* the private pools of CUDA graphs too, as PyTorch's memory_stats count its graphs' pools */
+    (void)gp_capture_each(p, add_graph_breakdown, &r);
     *out = r;
     return GP_OK;
 }

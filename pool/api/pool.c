@@ -167,8 +167,12 @@ GP_API int gp_pool_destroy(gp_pool *pool, gp_leak_report *report)
     gp_thread_cache_destroy_end();
 
     unsigned tenants = atomic_load(&p->tenants.count);
-    for (unsigned i = 0; i < tenants; i++)
-        gp_staging_drop(p, p->tenants.tenants[i]);
+    for (unsigned i = 0; i < tenants; i++) {
+        gp_tenant *t = p->tenants.tenants[i];
+        gp_staging_drop(p, t);
+        if (t->charge_to != NULL) /* a graph pool: what it still had charged leaves its parent's tenant */
+            atomic_fetch_sub(&t->charge_to->graph_held, atomic_load(&t->held));
+    }
     gp_staging_destroy(p);
     free(p->pooled);
     free(p->pooled_since);

@@ -67,6 +67,22 @@ static void snapshot(gp_pool_state *p, gp_stats *s)
     pthread_mutex_unlock(&p->lock);
 }
 
+static void add_graph_pool(gp_pool *graph, void *arg)
+{
+    gp_stats *s = arg, g;
+    snapshot(graph->state, &g);
+    s->graph_reserved_bytes += g.reserved_bytes;
+    s->graph_allocated_bytes += g.allocated_bytes;
+}
+
+/* snapshot() of p, then its graph pools' totals (each a snapshot of its own, taken after p's: see
+ * gp_capture_each for the lock order). */
+static void snapshot_with_graphs(gp_pool_state *p, gp_stats *s)
+{
+    snapshot(p, s);
+    s->graph_pools = gp_capture_each(p, add_graph_pool, s);
+}
+
 GP_API int gp_get_stats(gp_pool *pool, gp_stats *stats)
 {
     gp_pool_state *p = NULL;
@@ -75,7 +91,7 @@ GP_API int gp_get_stats(gp_pool *pool, gp_stats *stats)
         return rc;
     if ((rc = gp_versioned_out("gp_get_stats", "stats", stats, GP_STATS_VERSION, sizeof *stats)) != GP_OK)
         return rc;
-    snapshot(p, stats);
+    snapshot_with_graphs(p, stats);
     return GP_OK;
 }
 
@@ -116,7 +132,7 @@ GP_API int gp_stats_json(gp_pool *pool, char *buf, size_t len, size_t *needed)
     if (buf == NULL && len > 0)
         return gp_error_set(GP_ERR_INVALID, "gp_stats_json: buf is NULL but len is %zu", len);
     gp_stats s = {.size = sizeof s, .version = GP_STATS_VERSION};
-    snapshot(p, &s);
+    snapshot_with_graphs(p, &s);
     text_buffer t = {buf, len, 0};
     char quoted[GP_JSON_TEXT_MAX(sizeof p->cfg.backend)];
     gp_format_json_string(quoted, sizeof quoted, p->cfg.backend);
@@ -136,11 +152,12 @@ GP_API int gp_stats_json(gp_pool *pool, char *buf, size_t len, size_t *needed)
         put(&t,
             "%s{\"name\":%s,\"held_bytes\":%llu,\"peak_bytes\":%llu,\"allocated_bytes\":%llu,"
             "\"cached_bytes\":%llu,\"max\":%llu,\"high\":%llu,\"min\":%llu,\"refusals\":%llu,\"pauses\":%llu,"
-            "\"paused\":%s}",
+            "\"paused\":%s,\"graph_held_bytes\":%llu}",
             i ? "," : "", name, (unsigned long long)ts[i].held_bytes, (unsigned long long)ts[i].held_bytes_peak,
             (unsigned long long)ts[i].allocated_bytes, (unsigned long long)ts[i].cached_bytes,
             (unsigned long long)ts[i].max, (unsigned long long)ts[i].high, (unsigned long long)ts[i].min,
-            (unsigned long long)ts[i].refusals, (unsigned long long)ts[i].pauses, ts[i].paused ? "true" : "false");
+            (unsigned long long)ts[i].refusals, (unsigned long long)ts[i].pauses, ts[i].paused ? "true" : "false",
+            (unsigned long long)ts[i].graph_held_bytes);
     put(&t, "]");
     if (p->cfg.peak_composition) {
         gp_peak_composition c = gp_peak_read(p);
@@ -175,7 +192,7 @@ GP_API int gp_stats_print(gp_pool *pool, gp_writer write, void *opaque)
     if (write == NULL)
         return gp_error_set(GP_ERR_INVALID, "gp_stats_print: write is NULL");
     gp_stats s = {.size = sizeof s, .version = GP_STATS_VERSION};
-    snapshot(p, &s);
+    snapshot_with_graphs(p, &s);
     char line[256], a[GP_SIZE_TEXT_MAX], b[GP_SIZE_TEXT_MAX], c[GP_SIZE_TEXT_MAX];
     snprintf(line, sizeof line, "gpupool: device %d, backend %s, %llu streams\n", p->device, p->cfg.backend,
              (unsigned long long)s.streams);
@@ -202,6 +219,11 @@ GP_API int gp_stats_print(gp_pool *pool, gp_writer write, void *opaque)
                  ts[i].min ? gp_format_size(ts[i].min, (char[GP_SIZE_TEXT_MAX]){0}) : "none",
                  (unsigned long long)ts[i].refusals, (unsigned long long)ts[i].pauses, ts[i].paused ? ", paused" : "");
         write(opaque, line);
+        if (ts[i].graph_held_bytes > 0) {
+            snprintf(line, sizeof line, "    and its CUDA graphs' private pools hold %s (counted against its limits)\n",
+                     gp_format_size(ts[i].graph_held_bytes, a));
+            write(opaque, line);
+        }
     }
     return GP_OK;
 }

@@ -129,7 +129,7 @@ GP_API int gp_tenant_set_limits(gp_pool *pool, const char *name, const gp_tenant
         return rc;
     }
     store_limits(t, limits);
-    size_t held = atomic_load(&t->held);
+    size_t held = gp_tenant_charged(t);
     if (limits->max != 0 && held > limits->max)
         gp_provider_trim_tenant(p, t, held - limits->max); /* never a live block: only its cache */
     gp_tenant_update_gate(t);
@@ -218,6 +218,7 @@ static void tenant_snapshot(gp_pool_state *p, gp_tenant *t, gp_tenant_stats *s)
     s->refusals = atomic_load(&t->refusals);
     s->pauses = atomic_load(&t->pauses);
     s->paused = t->paused;
+    s->graph_held_bytes = atomic_load(&t->graph_held);
 }
 
 int gp_tenant_snapshot_all(gp_pool_state *p, gp_tenant_stats *out, unsigned capacity)

@@ -27,7 +27,7 @@ static size_t release_over_limits(gp_pool_state *p, int *failed)
     unsigned count = atomic_load(&p->tenants.count);
     for (unsigned i = 0; i < count; i++) {
         gp_tenant *t = p->tenants.tenants[i];
-        size_t held = atomic_load(&t->held), max = atomic_load(&t->max), high = atomic_load(&t->high);
+        size_t held = gp_tenant_charged(t), max = atomic_load(&t->max), high = atomic_load(&t->high);
         size_t limit = max && high ? (max < high ? max : high) : (max ? max : high);
         if (limit == 0 || held <= limit)
             continue;

@@ -65,12 +65,14 @@ void gp_tenant_charge(gp_tenant *t, int64_t bytes)
     size_t held = atomic_fetch_add(&t->held, (size_t)bytes) + (size_t)bytes;
     if (bytes > 0)
         gp_raise_peak(&t->held_peak, held);
+    if (t->charge_to != NULL)
+        atomic_fetch_add(&t->charge_to->graph_held, (size_t)bytes);
 }
 
 void gp_tenant_update_gate(gp_tenant *t)
 {
     size_t max = atomic_load(&t->max);
-    int gate = t->paused ? GP_ERR_PAUSED : (max != 0 && atomic_load(&t->held) > max) ? GP_ERR_QUOTA : GP_OK;
+    int gate = t->paused ? GP_ERR_PAUSED : (max != 0 && gp_tenant_charged(t) > max) ? GP_ERR_QUOTA : GP_OK;
     atomic_store(&t->gate, gate);
 }
 

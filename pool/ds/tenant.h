@@ -6,7 +6,9 @@
  * Attribution: every stream state belongs to one tenant (the pool keeps one state per (stream,
  * tenant) pair), so every segment, block and cached byte has exactly one tenant. held counts the device
  * memory of a tenant's segments: their size for device allocations, their mapped bytes on virtual
- * memory backends. Invariant (gp_check): sum over tenants of held == reserved - pooled pages.
+ * memory backends. Invariant (gp_check): sum over tenants of held == reserved - pooled pages. The
+ * private pools of CUDA graphs captured in a tenant's name are pools of their own (api/capture.c); what
+ * they hold is the tenant's graph_held, which its limits count too.
  * Limits and counters are atomics: the fast paths read `gate` only (0 = open, else the error an
  * allocation gets: GP_ERR_PAUSED, or GP_ERR_QUOTA while held > max after max was lowered).
  */
@@ -39,6 +41,13 @@ typedef struct gp_tenant {
     unsigned index;
     atomic_size_t max, high, min; /* 0 = none */
     atomic_size_t held, held_peak;
+    /* Device memory held by the private pools of CUDA graphs captured in this tenant's name (their own
+     * pools' tenants charge it here: charge_to, api/capture.c). Not in held, which counts this pool's
+     * own memory (the invariant below); the limits count both (gp_tenant_charged). */
+    atomic_size_t graph_held;
+    /* A graph pool's tenant: the parent pool's tenant that pays for its memory; NULL otherwise. Set
+     * before the graph pool serves anything and never changed; the parent's tenants outlive it. */
+    struct gp_tenant *charge_to;
     atomic_int gate;
     atomic_uint_fast64_t refusals, pauses;
     bool paused;       /* pool lock */
@@ -70,15 +79,23 @@ void gp_tenant_registry_free(gp_tenant_registry *reg);
 unsigned gp_tenant_binding_slot(gp_stream handle, unsigned capacity);
 gp_binding *gp_tenant_binding_find(const gp_tenant_registry *reg, gp_stream handle);
 
-/* Adds `bytes` (may be negative) to t's held bytes and raises its peak. */
+/* Adds `bytes` (may be negative) to t's held bytes and raises its peak; for a graph pool's tenant also
+ * to the graph_held of the tenant it is charged to. */
 void gp_tenant_charge(gp_tenant *t, int64_t bytes);
+
+/* What counts against t's limits and guarantees: its own held bytes and those of its graphs' pools. */
+static inline size_t gp_tenant_charged(const gp_tenant *t)
+{
+    return atomic_load_explicit(&t->held, memory_order_relaxed) +
+           atomic_load_explicit(&t->graph_held, memory_order_relaxed);
+}
 
 /* May `bytes` of t's cached memory be taken for another tenant (t stays at or above its min)? */
 static inline bool gp_tenant_can_give(gp_tenant *t, size_t bytes)
 {
     size_t held = atomic_load_explicit(&t->held, memory_order_relaxed);
     size_t min = atomic_load_explicit(&t->min, memory_order_relaxed);
-    return held >= bytes && held - bytes >= min;
+    return held >= bytes && gp_tenant_charged(t) - bytes >= min;
 }
 
 /* Recomputes t's gate after its held bytes or limits changed. */

@@ -7,11 +7,13 @@ gp_admission gp_admission_judge(const gp_tenant_registry *reg, const gp_tenant *
                                 unsigned trimmed)
 {
     gp_admission a = {GP_ADMIT, 0, 0, NULL};
-    if (t->paused) {
+    /* the gate, not `paused`: a graph pool asks for its parent's tenant without the parent's lock, and
+     * the gate follows `paused` wherever it changes (api/pause.c) */
+    if (atomic_load(&t->gate) == GP_ERR_PAUSED) {
         a.verdict = GP_REFUSE_PAUSED;
         return a;
     }
-    size_t held = atomic_load(&t->held);
+    size_t held = gp_tenant_charged(t);
     size_t high = atomic_load(&t->high);
     if (!(trimmed & GP_TRIMMED_HIGH) && high != 0 && held + bytes > high) {
         a.verdict = GP_TRIM_FOR_HIGH;
@@ -29,7 +31,7 @@ gp_admission gp_admission_judge(const gp_tenant_registry *reg, const gp_tenant *
     size_t held_all = 0;
     for (unsigned i = 0; i < count; i++) {
         const gp_tenant *v = reg->tenants[i];
-        size_t v_held = atomic_load(&v->held), min = atomic_load(&v->min);
+        size_t v_held = gp_tenant_charged(v), min = atomic_load(&v->min);
         held_all += v_held;
         if (v != t && min > v_held) {
             a.owed += min - v_held;

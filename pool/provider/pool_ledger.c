@@ -259,7 +259,7 @@ void gp_pool_ledger_service(gp_pool_state *p, bool force_publish)
             /* A tenant's own min still holds: its memory goes only down to it. */
             size_t want = (size_t)bytes;
             if (t != NULL) {
-                size_t held = atomic_load(&t->held), min = atomic_load(&t->min);
+                size_t held = gp_tenant_charged(t), min = atomic_load(&t->min); /* its graphs' pools count */
                 want = held > min ? (want < held - min ? want : held - min) : 0;
             }
             if (want > 0)

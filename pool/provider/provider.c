@@ -25,20 +25,29 @@ size_t gp_provider_trim_tenant(gp_pool_state *p, gp_tenant *t, size_t want)
     return p->provider->release_tenant(p, t, want, &failed);
 }
 
-static int refuse(gp_tenant *t, int code, const char *why, size_t request, size_t bytes)
+static int refuse(const gp_tenant *t, int code, const char *why, size_t request, size_t bytes, bool in_graph)
 {
-    char max[GP_SIZE_TEXT_MAX], held[GP_SIZE_TEXT_MAX], req[GP_SIZE_TEXT_MAX], grow[GP_SIZE_TEXT_MAX];
-    size_t m = atomic_load(&t->max);
-    return gp_error_set(code, "tenant '%s' %s: max %s, holds %s, request %s (needs %s more device memory)", t->name,
-                        why, m ? gp_format_size(m, max) : "none", gp_format_size(atomic_load(&t->held), held),
+    char max[GP_SIZE_TEXT_MAX], held[GP_SIZE_TEXT_MAX], req[GP_SIZE_TEXT_MAX], grow[GP_SIZE_TEXT_MAX],
+        graphs[GP_SIZE_TEXT_MAX];
+    size_t m = atomic_load(&t->max), g = atomic_load(&t->graph_held);
+    return gp_error_set(code, "tenant '%s' %s%s: max %s, holds %s%s%s%s, request %s (needs %s more device memory)",
+                        t->name, why, in_graph ? " (an allocation of a CUDA graph it captures)" : "",
+                        m ? gp_format_size(m, max) : "none", gp_format_size(gp_tenant_charged(t), held),
+                        g ? " (" : "", g ? gp_format_size(g, graphs) : "", g ? " of it in its CUDA graphs' pools)" : "",
                         gp_format_size(request, req), gp_format_size(bytes, grow));
 }
 
 int gp_provider_admit(gp_pool_state *p, gp_tenant *t, size_t bytes, size_t request)
 {
+    /* A graph pool's growth is judged as its parent's tenant's (api/capture.c): against that tenant's
+     * limits and the parent's other tenants' guarantees. What a verdict asks to trim is trimmed here,
+     * from the graph pool's own cache. */
+    const gp_tenant *judged = t->charge_to != NULL ? t->charge_to : t;
+    const gp_pool_state *reg_pool = t->charge_to != NULL ? p->graph_parent : p;
+    assert(t->charge_to == NULL || p->graph_parent != NULL);
     unsigned trimmed = 0;
     for (;;) {
-        gp_admission a = gp_admission_judge(&p->tenants, t, bytes, p->device_total, trimmed);
+        gp_admission a = gp_admission_judge(&reg_pool->tenants, judged, bytes, reg_pool->device_total, trimmed);
         switch (a.verdict) {
         case GP_ADMIT:
             return GP_OK;
@@ -51,15 +60,15 @@ int gp_provider_admit(gp_pool_state *p, gp_tenant *t, size_t bytes, size_t reque
             trimmed |= GP_TRIMMED_MAX;
             break;
         case GP_REFUSE_PAUSED:
-            return gp_error_set(GP_ERR_PAUSED, "tenant '%s' is paused: resume it before allocating", t->name);
+            return gp_error_set(GP_ERR_PAUSED, "tenant '%s' is paused: resume it before allocating", judged->name);
         case GP_REFUSE_QUOTA:
-            return refuse(t, GP_ERR_QUOTA, "over budget", request, bytes);
+            return refuse(judged, GP_ERR_QUOTA, "over budget", request, bytes, judged != t);
         case GP_REFUSE_GUARANTEE: {
             char text[GP_SIZE_TEXT_MAX];
             return gp_error_set(GP_ERR_MIN_GUARANTEE,
                                 "out of device memory for tenant '%s': request %s would leave %s of other tenants' "
                                 "guaranteed minimum unavailable (e.g. tenant '%s', min %s)",
-                                t->name, gp_format_size(request, text),
+                                judged->name, gp_format_size(request, text),
                                 gp_format_size(a.owed, (char[GP_SIZE_TEXT_MAX]){0}), a.owed_to->name,
                                 gp_format_size(atomic_load(&a.owed_to->min), (char[GP_SIZE_TEXT_MAX]){0}));
         }

@@ -176,7 +176,7 @@ static gp_segment *steal_segment(gp_pool_state *p, gp_stream_state *st, size_t s
         if (seg->owner->tenant != st->tenant) { /* memory changes tenant: both budgets must allow it */
             size_t max = atomic_load(&st->tenant->max);
             if (!gp_tenant_can_give(seg->owner->tenant, seg->size) || st->tenant->paused ||
-                (max != 0 && atomic_load(&st->tenant->held) + seg->size > max))
+                (max != 0 && gp_tenant_charged(st->tenant) + seg->size > max))
                 continue;
         }
         if (best != NULL && seg->size >= best->size)

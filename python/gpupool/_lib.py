@@ -49,7 +49,7 @@ GP_ERR_CORRUPT = -14
 
 GP_PAUSE_KEEP_CONTENTS = 1
 GP_TENANT_NAME_MAX = 64
-GP_TENANT_STATS_VERSION = 1
+GP_TENANT_STATS_VERSION = 2
 
 
 class LibraryNotFound(OSError):
@@ -75,6 +75,7 @@ class gp_tenant_stats(ctypes.Structure):
         ("refusals", ctypes.c_uint64),
         ("pauses", ctypes.c_uint64),
         ("paused", ctypes.c_int),
+        ("graph_held_bytes", ctypes.c_uint64),
     ]
 
 

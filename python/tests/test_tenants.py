@@ -40,6 +40,10 @@ class Budgets(SimTestCase):
         self.assertEqual(sum(t["allocated_bytes"] for t in s["tenants"].values()), s["allocated_bytes"])
         self.assertLessEqual(sum(t["held_bytes"] for t in s["tenants"].values()), s["reserved_bytes"])
         self.assertEqual(gpupool.tenants(), ["default", "a", "b"])
+        # no CUDA graph captured (the sims never capture): nothing in graph pools, in both views
+        self.assertEqual((s["graph_pools"], s["graph_reserved_bytes"], s["graph_allocated_bytes"]), (0, 0, 0))
+        self.assertTrue(all(t["graph_held_bytes"] == 0 for t in s["tenants"].values()))
+        self.assertEqual(gpupool.tenant_stats("a")["graph_held_bytes"], 0)
 
     def test_models_nest_and_pop_back(self):
         with gpupool.model("outer"):

@@ -82,6 +82,97 @@ static void capture_in_a_graph_pool(void)
 #endif
 }
 
+static gp_tenant_stats tenant_now(conf_dev *d, const char *name)
+{
+    gp_tenant_stats t = {.size = sizeof t, .version = GP_TENANT_STATS_VERSION};
+    CHECK(POOL(gp_tenant_get_stats(d->pool, name, &t)) == GP_OK, "tenant stats: %s", gp_last_error());
+    return t;
+}
+
+static gp_stats stats_now(conf_dev *d)
+{
+    gp_stats st = {.size = sizeof st, .version = GP_STATS_VERSION};
+    CHECK(POOL(gp_get_stats(d->pool, &st)) == GP_OK, "stats: %s", gp_last_error());
+    return st;
+}
+
+/* Per-model budgets with CUDA graphs: a graph pool's memory is the capturing tenant's (its graph_held),
+ * counted against its max both inside the capture (refused before any device call, so the capture stays
+ * valid) and outside it; the pool's stats keep it apart (graph_*), gp_get_breakdown (what
+ * torch.cuda.memory_stats reports) counts it as PyTorch does, and releasing the graph pool gives the
+ * tenant its budget back. */
+static void capture_charged_to_its_tenant(void)
+{
+#if CONF_EMU
+    conf_dev d;
+    if (open_dev(&d, 0, "") != GP_OK)
+        return;
+    gp_stream s = stream_new(&d);
+    CHECK(POOL(gp_tenant_create(d.pool, "m", NULL)) == GP_OK, "tenant: %s", gp_last_error());
+    CHECK(POOL(gp_tenant_push(d.pool, "m")) == GP_OK, "push: %s", gp_last_error());
+    void *own = NULL, *g1 = NULL, *g2 = NULL, *big = NULL;
+    CHECK(POOL(gp_alloc(d.pool, &own, 4 * MIB, s)) == GP_OK, "alloc: %s", gp_last_error());
+    size_t own_held = tenant_now(&d, "m").held_bytes;
+
+    CHECK(POOL(gp_graph_pool_begin(d.pool, 3)) == GP_OK, "begin: %s", gp_last_error());
+    CHECK(cudaStreamBeginCapture((cudaStream_t)s, cudaStreamCaptureModeGlobal) == cudaSuccess, "capture");
+    CHECK(POOL(gp_alloc(d.pool, &g1, 2 * MIB, s)) == GP_OK, "alloc in capture: %s", gp_last_error());
+    kernel(&d, s, g1, 2 * MIB, GP_SIM_WRITE, 31, 100);
+    cudaGraph_t graph = NULL;
+    CHECK(cudaStreamEndCapture((cudaStream_t)s, &graph) == cudaSuccess && graph != NULL, "a valid graph");
+    CHECK(POOL(gp_graph_pool_end(d.pool, 3)) == GP_OK, "end: %s", gp_last_error());
+    gp_tenant_stats m = tenant_now(&d, "m");
+    gp_stats st = stats_now(&d);
+    CHECK(m.held_bytes == own_held && m.graph_held_bytes > 0, "the graph's memory is m's graph_held: held %llu -> "
+          "%llu, graph_held %llu", (unsigned long long)own_held, (unsigned long long)m.held_bytes,
+          (unsigned long long)m.graph_held_bytes);
+    CHECK(tenant_now(&d, "default").graph_held_bytes == 0, "charged to the capturing tenant only");
+    CHECK(st.graph_pools == 1 && st.graph_allocated_bytes >= 2 * MIB && st.graph_reserved_bytes >= m.graph_held_bytes,
+          "gp_stats: %llu graph pools, %llu allocated, %llu reserved", (unsigned long long)st.graph_pools,
+          (unsigned long long)st.graph_allocated_bytes, (unsigned long long)st.graph_reserved_bytes);
+    CHECK(st.reserved_bytes + st.graph_reserved_bytes > st.reserved_bytes && st.allocated_bytes < 4 * MIB + 2 * MIB,
+          "the pool's own figures leave the graph's out");
+    gp_breakdown b = {.size = sizeof b, .version = GP_BREAKDOWN_VERSION};
+    CHECK(POOL(gp_get_breakdown(d.pool, &b)) == GP_OK, "breakdown: %s", gp_last_error());
+    CHECK(b.small.reserved_bytes + b.large.reserved_bytes == st.reserved_bytes + st.graph_reserved_bytes &&
+              b.small.allocated_bytes + b.large.allocated_bytes == st.allocated_bytes + st.graph_allocated_bytes,
+          "the breakdown counts the graph pool as PyTorch's memory_stats do");
+
+    /* m's max now leaves no room: a second capture into the same pool, and m's own growth, are refused */
+    gp_tenant_limits at = {.max = m.held_bytes + m.graph_held_bytes};
+    CHECK(POOL(gp_tenant_set_limits(d.pool, "m", &at)) == GP_OK, "limits: %s", gp_last_error());
+    CHECK(POOL(gp_graph_pool_begin(d.pool, 3)) == GP_OK, "begin again: %s", gp_last_error());
+    CHECK(cudaStreamBeginCapture((cudaStream_t)s, cudaStreamCaptureModeGlobal) == cudaSuccess, "capture");
+    int rc = POOL(gp_alloc(d.pool, &g2, 64 * MIB, s));
+    CHECK(rc == GP_ERR_QUOTA && g2 == NULL && strstr(gp_last_error(), "'m'") != NULL &&
+              strstr(gp_last_error(), "CUDA graph") != NULL,
+          "a capture past the capturing tenant's max is refused, saying so: %d %s", rc, gp_last_error());
+    enum cudaStreamCaptureStatus status;
+    CHECK(cudaStreamIsCapturing((cudaStream_t)s, &status) == cudaSuccess && status == cudaStreamCaptureStatusActive,
+          "the refusal made no call that invalidated the capture");
+    cudaGraph_t second = NULL;
+    CHECK(cudaStreamEndCapture((cudaStream_t)s, &second) == cudaSuccess && second != NULL, "a valid graph");
+    CHECK(POOL(gp_graph_pool_end(d.pool, 3)) == GP_OK, "end: %s", gp_last_error());
+    rc = POOL(gp_alloc(d.pool, &big, 64 * MIB, s));
+    CHECK(rc == GP_ERR_QUOTA && big == NULL && strstr(gp_last_error(), "graphs' pools") != NULL,
+          "m's own growth counts its graphs' memory: %d %s", rc, gp_last_error());
+
+    /* the graphs go: their pool is released, and m's budget with it */
+    CHECK(cudaGraphDestroy(graph) == cudaSuccess && cudaGraphDestroy(second) == cudaSuccess, "graphs destroyed");
+    CHECK(POOL(gp_free(d.pool, g1, s)) == GP_OK, "free of the graph's block: %s", gp_last_error());
+    CHECK(POOL(gp_graph_pool_release(d.pool, 3)) == GP_OK, "release: %s", gp_last_error());
+    m = tenant_now(&d, "m");
+    st = stats_now(&d);
+    CHECK(m.graph_held_bytes == 0 && st.graph_pools == 0 && st.graph_reserved_bytes == 0,
+          "released: graph_held %llu, %llu graph pools", (unsigned long long)m.graph_held_bytes,
+          (unsigned long long)st.graph_pools);
+    CHECK(POOL(gp_free(d.pool, own, s)) == GP_OK, "free");
+    CHECK(POOL(gp_tenant_pop(d.pool)) == GP_OK, "pop");
+    CHECK(POOL(gp_check(d.pool)) == GP_OK, "gp_check: %s", gp_last_error());
+    close_dev(&d, true);
+#endif
+}
+
 static void case_capture(void)
 {
 #if CONF_EMU
@@ -128,6 +219,7 @@ static void case_capture(void)
     CHECK(mismatches(&d) == 0, "replays and other allocations disturbed each other's contents");
     close_dev(&d, true);
     capture_in_a_graph_pool();
+    capture_charged_to_its_tenant();
 #else
     printf("     (capture: needs the CUDA emulation, or torch.cuda.graph in bench/gpu/run.sh)\n");
 #endif
