@@ -28,10 +28,13 @@ Meanings, and where gpupool's figure comes from:
   segments) and large heap. A segment is one device allocation (cudaMalloc backends) or one run of
   mapped pages of a virtual range (vmm backends); large_pool's reserved bytes also count the pages
   kept unmapped for reuse, so small + large == all.
-- current: exact, from one walk of the pool's segments and blocks (gp_get_breakdown) and gp_stats.
+- current: exact, from one walk of the pool's segments and blocks (gp_get_breakdown) and gp_stats;
+  the private pools of CUDA graphs are counted, as PyTorch counts its graphs' pools
+  (``gpupool.graph_reserved_bytes`` says how much of reserved they are).
 - peak: exact for allocated_bytes.all and reserved_bytes.all (the pool tracks them; reset by
-  reset_peak_memory_stats through gp_reset_peaks). Every other peak is the highest value seen by a
-  call of memory_stats() since the last reset: a lower bound of the true peak.
+  reset_peak_memory_stats through gp_reset_peaks), where no CUDA graph pool is alive; with graph pools,
+  the pool's own peak or the current total, whichever is higher. Every other peak is the highest value
+  seen by a call of memory_stats() since the last reset: a lower bound of the true peak.
 - allocated / freed (accumulated): exact for allocation.* and allocated_bytes.* (blocks and bytes
   handed out and freed) and for segment.all (device allocate and free calls); requested_bytes,
   reserved_bytes, active*, inactive_split* and segment.small_pool/large_pool are not accumulated by
