@@ -164,8 +164,15 @@ class Installed(unittest.TestCase):
             x = torch.ones(1 << 20, device="cuda")
             torch.cuda.synchronize()
             g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):                      # begin/end-allocate-to-pool hooks
-                y = x * 2 + 1                              # allocated inside the capture
+            with gt.model("g"):                            # the graph pool is charged to model g
+                with torch.cuda.graph(g):                  # begin/end-allocate-to-pool hooks
+                    y = x * 2 + 1                          # allocated inside the capture
+            st = gt.stats()
+            charged = gt.tenant_stats("g")["graph_held_bytes"]
+            assert charged > 0 and st["graph_pools"] == 1 and st["graph_allocated_bytes"] >= 4 << 20, (charged, st)
+            assert torch.cuda.memory_reserved() == st["reserved_bytes"] + st["graph_reserved_bytes"], (
+                torch.cuda.memory_reserved(), st["reserved_bytes"], st["graph_reserved_bytes"])
+            print("GRAPH_CHARGED", charged)
             others = [torch.full((1 << 20,), 7.0, device="cuda") for _ in range(8)]
             for i in range(3):
                 x.fill_(float(i))
@@ -177,8 +184,9 @@ class Installed(unittest.TestCase):
             del g, y                                       # the release-pool hook
             torch.cuda.synchronize()
             print("RELEASED", gt.failures())
+            print("GRAPH_HELD_AFTER", gt.tenant_stats("g")["graph_held_bytes"], gt.stats()["graph_pools"])
         """)
-        self.check(r, "REPLAYS_OK", "RELEASED 0")
+        self.check(r, "REPLAYS_OK", "RELEASED 0", "GRAPH_CHARGED", "GRAPH_HELD_AFTER 0 0")
 
     def test_pause_and_resume_keep_tensor_contents_on_vmm(self):
         r = run_script("""
