@@ -25,7 +25,9 @@
 #include "base/error.h"
 #include "base/format.h"
 #include "gpupool.h"
+#include "backend/backend.h"
 #include "provider/ledger.h"
+#include "provider/pool_ledger.h"
 #include "ledger_view.h"
 
 typedef struct ledger_args {
@@ -83,10 +85,11 @@ static int parse_args(const char *cmd, int argc, char **argv, ledger_args *a)
     a->first_free = i;
     int rc;
     if (name != NULL) {
-        rc = gp_ledger_shm_name(name, 0, a->shm_name);
-    } else if (device >= 0) {
-        rc = gp_ledger_shm_name("on", device, a->shm_name);
+        rc = gp_ledger_shm_name(name, 0, NULL, a->shm_name);
     } else {
+        /* the ledger a pool of GPUPOOL_CONF would use: device N's own (named by its UUID, which the
+         * configured backend is asked for: pool_ledger.h) with --device, else GPUPOOL_CONF's ledger, else
+         * device 0's own */
         gp_config cfg;
         gp_config_defaults(&cfg);
         const char *env = getenv("GPUPOOL_CONF");
@@ -94,7 +97,11 @@ static int parse_args(const char *cmd, int argc, char **argv, ledger_args *a)
             fprintf(stderr, "gpupool %s: %s\n", cmd, gp_last_error());
             return 2;
         }
-        rc = gp_ledger_shm_name(strcmp(cfg.ledger, "off") == 0 ? "on" : cfg.ledger, 0, a->shm_name);
+        if (device >= 0 || strcmp(cfg.ledger, "off") == 0)
+            strcpy(cfg.ledger, "on");
+        const gp_backend_ops *ops = gp_backend_find(cfg.backend);
+        rc = ops == NULL ? GP_ERR_BACKEND
+                         : gp_pool_ledger_name(&cfg, ops, NULL, device >= 0 ? device : 0, a->shm_name);
     }
     if (rc != GP_OK) {
         fprintf(stderr, "gpupool %s: %s\n", cmd, gp_last_error());
@@ -108,7 +115,8 @@ static const char budget_usage[] =
     "\n"
     "Sets GPU-wide limits of TENANT in the ledger of device N (default: GPUPOOL_CONF's ledger, else device\n"
     "0): every process's pool on that GPU counts the tenant's memory together against them. SIZE 0 or\n"
-    "none removes a limit. Without TENANT, lists the budgets. The ledger must exist (a pool made it).\n";
+    "none removes a limit. Without TENANT, lists the budgets. The ledger must exist (a pool made it).\n"
+    "A device's ledger is named by its UUID, which GPUPOOL_CONF's backend (cuda by default) is asked for.\n";
 
 int gp_cmd_budget(int argc, char **argv)
 {

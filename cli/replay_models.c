@@ -339,7 +339,7 @@ static int replay_in_processes(const char **specs, int count, const char *device
         snprintf(ledger_value, sizeof ledger_value, "replay-%d", (int)getpid());
     }
     gp_ledger *ledger = NULL;
-    if (gp_ledger_shm_name(ledger_value, 0, shm) != GP_OK || gp_ledger_open(&ledger, shm, capacity) != GP_OK) {
+    if (gp_ledger_shm_name(ledger_value, 0, NULL, shm) != GP_OK || gp_ledger_open(&ledger, shm, capacity) != GP_OK) {
         fprintf(stderr, "gpupool replay --processes: %s\n", gp_last_error());
         return 1;
     }

@@ -69,6 +69,11 @@ typedef struct gp_backend_ops {
     /* Free and total device memory, as cudaMemGetInfo reports them. */
     int (*mem_info)(void *ctx, size_t *free_bytes, size_t *total_bytes);
 
+    /* The device's UUID (cudaDeviceProp.uuid): one per physical GPU or MIG instance, the same in every
+     * process whatever index CUDA_VISIBLE_DEVICES gives the device there. NULL in a backend whose
+     * device has none (the sims: each process's simulated GPU is its own). */
+    int (*device_uuid)(void *ctx, unsigned char uuid[16]);
+
     /* Creates an event used only for ordering (no timing). post: *out valid until event_destroy. */
     int (*event_create)(void *ctx, gp_event *out);
     int (*event_destroy)(void *ctx, gp_event ev);

@@ -29,6 +29,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cuda_runtime_api.h>
 
@@ -508,6 +509,20 @@ int gp_cuda_host_free(void *opaque, void *ptr, size_t size)
     return GP_OK;
 }
 
+int gp_cuda_device_uuid(void *opaque, unsigned char uuid[16])
+{
+    const gp_cuda_ctx *ctx = opaque;
+    struct cudaDeviceProp prop;
+    memset(&prop, 0, sizeof prop);
+    cudaError_t err = cudaGetDeviceProperties(&prop, ctx->device); /* no context needed: any thread */
+    gp_cuda_clear_own_error(err);
+    if (err != cudaSuccess)
+        return gp_error_set(GP_ERR_DEVICE, "cudaGetDeviceProperties(device=%d): %s: %s", ctx->device,
+                            cudaGetErrorName(err), cudaGetErrorString(err));
+    memcpy(uuid, prop.uuid.bytes, 16);
+    return GP_OK;
+}
+
 const gp_backend_ops gp_backend_cuda = {
     .name = "cuda",
     .open = cuda_open,
@@ -515,6 +530,7 @@ const gp_backend_ops gp_backend_cuda = {
     .mem_alloc = gp_cuda_mem_alloc,
     .mem_free = gp_cuda_mem_free,
     .mem_info = gp_cuda_mem_info,
+    .device_uuid = gp_cuda_device_uuid,
     .event_create = gp_cuda_event_create,
     .event_destroy = gp_cuda_event_destroy,
     .event_record = gp_cuda_event_record,

@@ -49,6 +49,7 @@ int gp_cuda_open_device(const char *name, int device, gp_cuda_ctx *out);
 int gp_cuda_mem_alloc(void *ctx, size_t size, gp_devptr *out);
 int gp_cuda_mem_free(void *ctx, gp_devptr ptr, size_t size);
 int gp_cuda_mem_info(void *ctx, size_t *free_bytes, size_t *total_bytes);
+int gp_cuda_device_uuid(void *ctx, unsigned char uuid[16]);
 int gp_cuda_event_create(void *ctx, gp_event *out);
 int gp_cuda_event_destroy(void *ctx, gp_event ev);
 int gp_cuda_event_record(void *ctx, gp_event ev, gp_stream stream);

@@ -379,6 +379,7 @@ const gp_backend_ops gp_backend_vmm = {
     .mem_alloc = gp_cuda_mem_alloc,
     .mem_free = gp_cuda_mem_free,
     .mem_info = gp_cuda_mem_info,
+    .device_uuid = gp_cuda_device_uuid,
     .event_create = gp_cuda_event_create,
     .event_destroy = gp_cuda_event_destroy,
     .event_record = gp_cuda_event_record,

@@ -86,7 +86,7 @@ static const key_spec keys[] = {
     {"log", KEY_STRING, FIELD(log_path), sizeof(((gp_config *)0)->log_path), "",
      "write every allocate and free to this file as an RMM allocation-log CSV"},
     {"ledger", KEY_STRING, FIELD(ledger), sizeof(((gp_config *)0)->ledger), "off",
-     "share budgets with other processes on this GPU: off, on (the device's ledger) or a ledger name"},
+     "share budgets with other processes on this GPU: off, on (the device's ledger, named by its UUID) or a ledger name"},
     {"ledger_wait", KEY_SECONDS, FIELD(ledger_wait), 0, "100ms",
      "ledger: how long a refused growth waits for other processes to give cached memory back"},
     {"empty_cache", KEY_STRING, FIELD(empty_cache), GP_CONFIG_NAME_MAX, "working-set",

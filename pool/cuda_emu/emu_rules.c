@@ -20,7 +20,8 @@ static const struct {
     const char *source;
 } rules[GPEMU_RULE_COUNT] = {
     [GPEMU_RULE_DEVICE_ORDINAL] = {"device ordinal",
-        "cuda_runtime_api.h cudaSetDevice: returns cudaErrorInvalidDevice for a device not in 0..count-1"},
+        "cuda_runtime_api.h cudaSetDevice, cudaGetDeviceProperties: return cudaErrorInvalidDevice for a device "
+        "not in 0..count-1"},
     [GPEMU_RULE_STREAM_DEVICE] = {"stream and event on one device",
         "cuda_runtime_api.h cudaEventRecord: 'event and stream must be on the same CUDA context' "
         "(cudaErrorInvalidResourceHandle); a NULL stream is the CURRENT device's (Programming Guide, "

@@ -259,6 +259,33 @@ cudaError_t cudaGetDeviceCount(int *count)
     return gpemu_error(err);
 }
 
+/* A device's name, UUID (fixed per index, so that every process sees emulated device i as the same GPU,
+ * as CUDA_VISIBLE_DEVICES=<uuid> would) and memory; needs no context. */
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
+{
+    if (prop == NULL)
+        return gpemu_error(cudaErrorInvalidValue);
+    gpemu_lock();
+    cudaError_t err = g_emu.up ? cudaSuccess : cudaErrorNoDevice;
+    if (err == cudaSuccess && (device < 0 || device >= g_emu.device_count)) {
+        gpemu_violation_locked(GPEMU_RULE_DEVICE_ORDINAL, "cudaGetDeviceProperties(%d) with %d devices", device,
+                               g_emu.device_count);
+        err = cudaErrorInvalidDevice;
+    }
+    if (err == cudaSuccess) {
+        memset(prop, 0, sizeof *prop);
+        snprintf(prop->name, sizeof prop->name, "gpupool CUDA emulation, device %d", device);
+        static const char stem[12] = {'g', 'p', 'u', 'p', 'o', 'o', 'l', '-', 'e', 'm', 'u', '-'};
+        memcpy(prop->uuid.bytes, stem, sizeof stem);
+        for (int i = 0; i < 4; i++)
+            prop->uuid.bytes[12 + i] = (char)((unsigned)device >> (8 * (3 - i)));
+        size_t free_bytes = 0;
+        err = gpemu_from_gp(sim_ops()->mem_info(g_emu.devices[device].ctx, &free_bytes, &prop->totalGlobalMem));
+    }
+    gpemu_unlock();
+    return gpemu_error(err);
+}
+
 /* Returns the current device; binds nothing (CUDA: cudaGetDevice does not initialise a context). */
 cudaError_t cudaGetDevice(int *device)
 {

@@ -40,9 +40,12 @@
 
 typedef struct gp_ledger gp_ledger;
 
-/* The shm name for a `ledger` configuration value: "on" -> "/gpupool.dev<device>", any other value
- * (letters, digits, '.', '_', '-') -> "/gpupool.<value>". GP_ERR_CONFIG for a bad name. */
-int gp_ledger_shm_name(const char *value, int device, char out[GP_LEDGER_NAME_MAX]);
+/* The shm name for a `ledger` configuration value: "on" -> the device's own ledger, named by its UUID
+ * when `uuid` is given ("/gpupool.GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", nvidia-smi's spelling: the
+ * same GPU in every process whatever its index there), else by its index ("/gpupool.dev<device>": a
+ * simulated GPU, which has no UUID); any other value (letters, digits, '.', '_', '-') ->
+ * "/gpupool.<value>". GP_ERR_CONFIG for a bad name. */
+int gp_ledger_shm_name(const char *value, int device, const unsigned char *uuid, char out[GP_LEDGER_NAME_MAX]);
 
 /*
  * Opens the ledger `shm_name` read-write, creating it for a device of `capacity` bytes when it does

@@ -64,13 +64,33 @@ static int ledger_tenant(gp_pool_ledger *pl, const gp_tenant *t, unsigned *out)
     return GP_OK;
 }
 
+int gp_pool_ledger_name(const gp_config *cfg, const gp_backend_ops *ops, void *ctx, int device,
+                        char out[GP_LEDGER_NAME_MAX])
+{
+    if (strcmp(cfg->ledger, "on") != 0 || ops == NULL || ops->device_uuid == NULL)
+        return gp_ledger_shm_name(cfg->ledger, device, NULL, out);
+    void *own = NULL;
+    int rc = ctx != NULL ? GP_OK : ops->open(cfg, device, &own);
+    unsigned char uuid[16];
+    if (rc == GP_OK)
+        rc = ops->device_uuid(ctx != NULL ? ctx : own, uuid);
+    if (own != NULL)
+        ops->close(own);
+    if (rc != GP_OK) {
+        gp_error_append(" (ledger:on names device %d's ledger by its UUID; name it instead, ledger:NAME, the same "
+                        "in every process that shares the GPU)", device);
+        return rc;
+    }
+    return gp_ledger_shm_name(cfg->ledger, device, uuid, out);
+}
+
 int gp_pool_ledger_attach(gp_pool_state *p)
 {
     p->ledger = NULL;
     if (strcmp(p->cfg.ledger, "off") == 0)
         return GP_OK;
     char name[GP_LEDGER_NAME_MAX];
-    int rc = gp_ledger_shm_name(p->cfg.ledger, p->device, name);
+    int rc = gp_pool_ledger_name(&p->cfg, p->ops, p->ctx, p->device, name);
     if (rc != GP_OK)
         return rc;
     gp_pool_ledger *pl = calloc(1, sizeof *pl);

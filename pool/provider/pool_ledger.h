@@ -10,7 +10,19 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "provider/ledger.h"
 #include "provider/pool_state.h"
+
+/*
+ * The shm name of the ledger that cfg->ledger means for `device` of backend `ops` (gp_ledger_shm_name).
+ * "on" names the device's own ledger by its UUID where the backend has one, asked through `ctx` (an
+ * open instance; NULL: one is opened for the question and closed): processes pinned to different GPUs
+ * all see theirs as device 0 (CUDA_VISIBLE_DEVICES), and one GPU may be device 0 in one process and 1
+ * in another, so an index would join different GPUs' budgets and split one GPU's. GP_ERR_DEVICE or
+ * GP_ERR_BACKEND, saying to name the ledger instead, when the UUID cannot be read.
+ */
+int gp_pool_ledger_name(const struct gp_config *cfg, const gp_backend_ops *ops, void *ctx, int device,
+                        char out[GP_LEDGER_NAME_MAX]);
 
 /* Attaches to the ledger named by cfg.ledger and registers the pool (create, after device_total). */
 int gp_pool_ledger_attach(gp_pool_state *p);

@@ -125,7 +125,7 @@ static void try_pool(const char *text, const gp_config *cfg, bool vmm)
             use = own;
             name = renamed.ledger;
         }
-        CHECK(gp_ledger_shm_name(name, 0, shm) == GP_OK, "a validated ledger name has no shm name");
+        CHECK(gp_ledger_shm_name(name, 0, NULL, shm) == GP_OK, "a validated ledger name has no shm name");
         gp_ledger_unlink(shm);
     }
     pool_round_trip(use, cfg, vmm);

@@ -189,7 +189,7 @@ int main(int argc, char **argv)
         return run_hold(ledger, backend, argv[4], 0, 2);
     char shm[GP_LEDGER_NAME_MAX];
     gp_ledger *l;
-    if (gp_ledger_shm_name(ledger, 0, shm) != GP_OK || gp_ledger_open(&l, shm, 1ull << 30) != GP_OK) {
+    if (gp_ledger_shm_name(ledger, 0, NULL, shm) != GP_OK || gp_ledger_open(&l, shm, 1ull << 30) != GP_OK) {
         fprintf(stderr, "worker: %s\n", gp_last_error());
         return 1;
     }

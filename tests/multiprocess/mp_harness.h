@@ -39,7 +39,7 @@ typedef struct mp_worker {
 static inline void mp_ledger_name(const char *test, char value[48], char shm[GP_LEDGER_NAME_MAX])
 {
     snprintf(value, 48, "t-%s-%d", test, (int)getpid());
-    gp_ledger_shm_name(value, 0, shm);
+    gp_ledger_shm_name(value, 0, NULL, shm);
     gp_ledger_unlink(shm);
 }
 
