@@ -35,9 +35,11 @@
  * What it does not do: concurrent captures into two graph pools of one pool (the second begin is
  * refused), and PyTorch's per-capture stream filter (a C++ std::function C cannot call): every
  * capturing stream of the device is routed to the open window. A paused tenant's graph pools keep
- * their memory, and the cross-process ledger does not charge them to the tenant.
+ * their memory. (A graph pool attaches to its parent's ledger, where its memory is charged under its
+ * model's name: provider/pool_ledger.c.)
  */
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -146,7 +148,11 @@ static int new_graph_pool(gp_pool_state *p, struct gp_capture_pools *c, uint64_t
         c->capacity = cap;
     }
     gp_pool *child = NULL;
-    int rc = gp_pool_create(&child, p->device, p->cfg.backend, NULL);
+    /* the parent's ledger, whatever named it (GPUPOOL_CONF or the parent's configuration string): the
+     * graph pool's memory is on the same GPU, charged to its model (provider/pool_ledger.c) */
+    char ledger[sizeof p->cfg.ledger + sizeof "ledger:"];
+    snprintf(ledger, sizeof ledger, "ledger:%s", p->cfg.ledger);
+    int rc = gp_pool_create(&child, p->device, p->cfg.backend, ledger);
     if (rc != GP_OK) {
         gp_error_append(" (creating the private pool of graph %llu)", (unsigned long long)id);
         return rc;

@@ -49,13 +49,15 @@ static uint64_t monotonic_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* The ledger index of local tenant t (pool lock held). */
+/* The ledger index of local tenant t (pool lock held). A graph pool's tenant is charged under the name
+ * of the tenant it is charged to (ds/tenant.h: charge_to, set before its first charge): a model's
+ * GPU-wide budget counts its CUDA graphs' memory, as its budget in its own pool does. */
 static int ledger_tenant(gp_pool_ledger *pl, const gp_tenant *t, unsigned *out)
 {
     assert(t->index < GP_MAX_TENANTS);
     if (pl->tenant_index[t->index] == 0) {
         unsigned idx;
-        int rc = gp_ledger_tenant(pl->ledger, t->name, &idx);
+        int rc = gp_ledger_tenant(pl->ledger, t->charge_to != NULL ? t->charge_to->name : t->name, &idx);
         if (rc != GP_OK)
             return rc;
         pl->tenant_index[t->index] = idx + 1;
