@@ -131,6 +131,9 @@ GP_API int gp_pool_destroy(gp_pool *pool, gp_leak_report *report)
     int failed = GP_OK;
     size_t not_returned = 0;
     gp_capture_destroy(p, &leaks);
+    /* its graph pools are gone, and each took back what it had charged to a tenant here (below) */
+    for (unsigned i = 0; i < atomic_load(&p->tenants.count); i++)
+        assert(atomic_load(&p->tenants.tenants[i]->graph_held) == 0);
     gp_current_tenant_forget_pool(p->serial); /* this thread's frames of the pool (current.c) */
 
     gp_thread_cache_destroy_begin(); /* no thread exits into this pool while it goes */

@@ -43,7 +43,8 @@ typedef struct gp_tenant {
     atomic_size_t held, held_peak;
     /* Device memory held by the private pools of CUDA graphs captured in this tenant's name (their own
      * pools' tenants charge it here: charge_to, api/capture.c). Not in held, which counts this pool's
-     * own memory (the invariant below); the limits count both (gp_tenant_charged). */
+     * own memory (the invariant below); the limits count both (gp_tenant_charged). Invariant: the sum of
+     * held over the graph pools charged to it; 0 once they are destroyed (asserted at gp_pool_destroy). */
     atomic_size_t graph_held;
     /* A graph pool's tenant: the parent pool's tenant that pays for its memory; NULL otherwise. Set
      * before the graph pool serves anything and never changed; the parent's tenants outlive it. */
