@@ -203,6 +203,12 @@ GP_API int gp_tenant_bind_stream(gp_pool *pool, const char *name, gp_stream stre
  * unmapping them fails too (a second fault) do some stay mapped (the paused tenant's, accounted); the
  * error then says "undoing it failed too". Resume at device OOM first turns other tenants' cached free
  * pages (down to their min) into memory for the tenant.
+ *
+ * The private pools of CUDA graphs charged to the tenant (gp_graph_pool_begin) pause and resume with it,
+ * at the same addresses, so that its graphs replay after the resume. If one of them cannot be paused,
+ * the tenant and the others are resumed and the error says so; if one cannot be resumed, the tenant is
+ * resumed and the error says how many stay paused: gp_tenant_resume again resumes them. A pause while a
+ * graph pool window is open (a graph being captured) is refused: waiting for a stream would break it.
  */
 GP_API int gp_tenant_pause(gp_pool *pool, const char *name, unsigned flags);
 GP_API int gp_tenant_resume(gp_pool *pool, const char *name);

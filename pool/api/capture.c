@@ -34,9 +34,9 @@
  *     the pool's own, as PyTorch's memory_stats count its graphs' pools.
  * What it does not do: concurrent captures into two graph pools of one pool (the second begin is
  * refused), and PyTorch's per-capture stream filter (a C++ std::function C cannot call): every
- * capturing stream of the device is routed to the open window. A paused tenant's graph pools keep
- * their memory. (A graph pool attaches to its parent's ledger, where its memory is charged under its
- * model's name: provider/pool_ledger.c.)
+ * capturing stream of the device is routed to the open window. (A graph pool attaches to its
+ * parent's ledger, where its memory is charged under its model's name: provider/pool_ledger.c; it
+ * pauses and resumes with its model: api/pause.c.)
  */
 #include <stdatomic.h>
 #include <stdio.h>

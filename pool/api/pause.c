@@ -11,6 +11,9 @@
  * Staging is keyed by block (gp_staging_stage): resume copies back exactly the blocks that are still
  * live, each from its own offset, so a block freed while paused shifts nothing.
  *
+ * The private pools of CUDA graphs captured in the tenant's name (api/capture.c) pause and resume with
+ * it (the end of this file), so that its graphs replay after the resume.
+ *
  * What a pause waits for: the work queued on the tenant's own streams and on streams its blocks were
  * recorded for (drain), never the whole device, so that pausing an idle model does not stall the
  * models still serving; the staging copies run on the backend's own copy stream (backend.h).
@@ -46,6 +49,7 @@
 #include "api/api.h"
 #include "base/error.h"
 #include "provider/alias.h"
+#include "provider/capture_window.h"
 #include "provider/pages.h"
 #include "provider/pending.h"
 #include "provider/pool_ledger.h"
@@ -100,20 +104,10 @@ static size_t roll_back(gp_pool_state *p, gp_held_page *held, size_t nheld)
     return lost;
 }
 
-GP_API int gp_tenant_pause(gp_pool *pool, const char *name, unsigned flags)
+/* Pauses t's own memory in p (the two phases above). */
+static int pause_own(gp_pool_state *p, gp_tenant *t, const char *name, unsigned flags)
 {
-    gp_pool_state *p = NULL;
-    int rc = gp_pool_enter(pool, "gp_tenant_pause", &p);
-    if (rc != GP_OK)
-        return rc;
-    gp_tenant *t = NULL;
-    if ((rc = gp_tenant_find(p, name, "gp_tenant_pause", &t)) != GP_OK)
-        return rc;
-    if (!p->provider->pages)
-        return gp_error_set(GP_ERR_INVALID, "gp_tenant_pause: '%s': pausing needs a virtual memory backend (vmm or "
-                            "sim-vmm), not '%s'", name, p->ops->name);
-    if (flags & ~GP_PAUSE_KEEP_CONTENTS)
-        return gp_error_set(GP_ERR_INVALID, "gp_tenant_pause: unknown flags 0x%x", flags);
+    int rc = GP_OK;
     pthread_mutex_lock(&p->lock);
     if (t->paused) {
         pthread_mutex_unlock(&p->lock);
@@ -201,15 +195,10 @@ static size_t paused_pages(gp_pool_state *p, const gp_tenant *t)
     return need;
 }
 
-GP_API int gp_tenant_resume(gp_pool *pool, const char *name)
+/* Resumes t's own memory in p. */
+static int resume_own(gp_pool_state *p, gp_tenant *t, const char *name)
 {
-    gp_pool_state *p = NULL;
-    int rc = gp_pool_enter(pool, "gp_tenant_resume", &p);
-    if (rc != GP_OK)
-        return rc;
-    gp_tenant *t = NULL;
-    if ((rc = gp_tenant_find(p, name, "gp_tenant_resume", &t)) != GP_OK)
-        return rc;
+    int rc = GP_OK;
     pthread_mutex_lock(&p->lock);
     if (!t->paused) {
         pthread_mutex_unlock(&p->lock);
@@ -276,4 +265,119 @@ GP_API int gp_tenant_resume(gp_pool *pool, const char *name)
         gp_peak_note(p, peak_before, 0);
     pthread_mutex_unlock(&p->lock);
     return rc;
+}
+
+/* ---- the graph pools of a tenant ------------------------------------------------------------------
+ * A CUDA graph's private pool charged to t (api/capture.c) pauses and resumes with t: its pages go back
+ * to the device and come back at the same addresses, so that the graph, whose kernels name those
+ * addresses, replays after the resume (what torch_memory_saver keeps CUDA graphs valid for). Its
+ * contents are staged with GP_PAUSE_KEEP_CONTENTS as t's are. The graph pool's own pause waits for its
+ * own streams (the capturing ones); t's pause, done first, waited for t's streams, where the graph is
+ * replayed when it is replayed on the model's stream; a replay on a stream the pool never saw is the
+ * caller's to finish first, as for any work on t's memory. */
+
+typedef struct graph_step {
+    const gp_tenant *t;
+    bool pause;          /* pause (else resume) the graph pools charged to t that are not (are) paused */
+    unsigned flags;
+    int rc;              /* the first failure */
+    char why[512];       /* its message */
+    size_t done, failed; /* graph pools changed, and those that failed */
+} graph_step;
+
+static bool graph_pool_paused(gp_pool *graph)
+{
+    gp_pool_state *g = graph->state;
+    pthread_mutex_lock(&g->lock);
+    bool paused = g->tenants.tenants[0]->paused;
+    pthread_mutex_unlock(&g->lock);
+    return paused;
+}
+
+static void step_graph_pool(gp_pool *graph, void *arg)
+{
+    graph_step *s = arg;
+    if (graph->state->tenants.tenants[0]->charge_to != s->t || (s->pause && s->rc != GP_OK) ||
+        graph_pool_paused(graph) == s->pause)
+        return;
+    /* the graph pool's only tenant, named in messages after the model (its own name is "default") */
+    char label[GP_TENANT_NAME_MAX + 32];
+    snprintf(label, sizeof label, "%s (a CUDA graph's pool)", s->t->name);
+    gp_pool_state *g = graph->state;
+    int rc = s->pause ? pause_own(g, g->tenants.tenants[0], label, s->flags) : resume_own(g, g->tenants.tenants[0], label);
+    if (rc == GP_OK) {
+        s->done++;
+        return;
+    }
+    s->failed++;
+    if (s->rc == GP_OK) {
+        s->rc = rc;
+        snprintf(s->why, sizeof s->why, "%s", gp_last_error());
+    }
+}
+
+/* Runs step (pause or resume) over the graph pools charged to t; the caller holds none of p's locks. */
+static void step_graphs(gp_pool_state *p, graph_step *step)
+{
+    (void)gp_capture_each(p, step_graph_pool, step);
+}
+
+GP_API int gp_tenant_pause(gp_pool *pool, const char *name, unsigned flags)
+{
+    gp_pool_state *p = NULL;
+    int rc = gp_pool_enter(pool, "gp_tenant_pause", &p);
+    if (rc != GP_OK)
+        return rc;
+    gp_tenant *t = NULL;
+    if ((rc = gp_tenant_find(p, name, "gp_tenant_pause", &t)) != GP_OK)
+        return rc;
+    if (!p->provider->pages)
+        return gp_error_set(GP_ERR_INVALID, "gp_tenant_pause: '%s': pausing needs a virtual memory backend (vmm or "
+                            "sim-vmm), not '%s'", name, p->ops->name);
+    if (flags & ~GP_PAUSE_KEEP_CONTENTS)
+        return gp_error_set(GP_ERR_INVALID, "gp_tenant_pause: unknown flags 0x%x", flags);
+    if (gp_capture_underway()) /* waiting for a stream's work is illegal while a graph is captured */
+        return gp_error_set(GP_ERR_INVALID, "gp_tenant_pause: '%s': a CUDA graph is being captured in this process "
+                            "(a gp_graph_pool_begin window is open): pause once it has ended", name);
+    if ((rc = pause_own(p, t, name, flags)) != GP_OK)
+        return rc;
+    graph_step step = {.t = t, .pause = true, .flags = flags};
+    step_graphs(p, &step);
+    if (step.rc == GP_OK)
+        return GP_OK;
+    /* A graph pool that failed rolled itself back (or stays paused, saying so); the others and t come
+     * back, so that the failed pause changes nothing */
+    graph_step undo = {.t = t, .pause = false};
+    step_graphs(p, &undo);
+    int back = resume_own(p, t, name);
+    gp_error_set(step.rc, "%s (gp_tenant_pause of '%s': one of its CUDA graph pools could not be paused, so the "
+                 "pause was undone%s)", step.why, name,
+                 undo.rc != GP_OK || back != GP_OK ? "; undoing it failed too: resume it again" : "");
+    return step.rc;
+}
+
+GP_API int gp_tenant_resume(gp_pool *pool, const char *name)
+{
+    gp_pool_state *p = NULL;
+    int rc = gp_pool_enter(pool, "gp_tenant_resume", &p);
+    if (rc != GP_OK)
+        return rc;
+    gp_tenant *t = NULL;
+    if ((rc = gp_tenant_find(p, name, "gp_tenant_resume", &t)) != GP_OK)
+        return rc;
+    pthread_mutex_lock(&p->lock);
+    bool paused = t->paused;
+    pthread_mutex_unlock(&p->lock);
+    /* t itself first; then its graph pools, which a resume that failed for one of them left paused (a
+     * second resume of t picks them up: t is then not paused itself) */
+    if (paused && (rc = resume_own(p, t, name)) != GP_OK)
+        return rc;
+    graph_step step = {.t = t, .pause = false};
+    step_graphs(p, &step);
+    if (!paused && step.done == 0 && step.failed == 0)
+        return gp_error_set(GP_ERR_INVALID, "gp_tenant_resume: tenant '%s' is not paused", name);
+    if (step.rc != GP_OK)
+        return gp_error_set(step.rc, "%s (gp_tenant_resume of '%s': it is resumed, but %zu of its CUDA graph pools "
+                            "stay paused; resume it again once memory is free)", step.why, name, step.failed);
+    return GP_OK;
 }

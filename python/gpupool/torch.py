@@ -316,7 +316,9 @@ def pause(name: str, keep_contents: bool = True, device: Any = None, synchronize
     The pool first waits for the work queued on the streams the tenant allocated or freed on (and on
     streams its tensors were recorded for with Tensor.record_stream), not for other models' work; the
     caller must not launch work on the tenant's tensors until resume(). synchronize=True waits for the
-    whole device first (torch.cuda.synchronize), for tensors used on a stream the pool never saw."""
+    whole device first (torch.cuda.synchronize), for tensors used on a stream the pool never saw. The
+    private pools of CUDA graphs captured in the tenant's model() block pause with it, at the same
+    addresses: its graphs replay after resume()."""
     dev = None if device is None else _cuda_device(device)
     if synchronize and _torch.cuda.is_initialized():
         _torch.cuda.synchronize(dev)

@@ -173,6 +173,140 @@ static void capture_charged_to_its_tenant(void)
 #endif
 }
 
+/* torch_memory_saver's promise, for gpupool: pausing a model gives its CUDA graphs' memory back too,
+ * and after the resume the graph replays at the same addresses, its buffers' contents kept (virtual
+ * memory backends). A pause while a graph is being captured is refused, since waiting for a stream
+ * would break the capture. */
+static void capture_pauses_with_its_tenant(void)
+{
+#if CONF_EMU
+    if (!vmm)
+        return;
+    conf_dev d;
+    if (open_dev(&d, 0, "") != GP_OK)
+        return;
+    gp_stream s = stream_new(&d);
+    CHECK(POOL(gp_tenant_create(d.pool, "m", NULL)) == GP_OK && POOL(gp_tenant_push(d.pool, "m")) == GP_OK, "m");
+    void *own = NULL, *g = NULL;
+    CHECK(POOL(gp_alloc(d.pool, &own, 4 * MIB, s)) == GP_OK, "alloc: %s", gp_last_error());
+    kernel(&d, s, own, 4 * MIB, GP_SIM_WRITE, 41, 100);
+    CHECK(POOL(gp_graph_pool_begin(d.pool, 9)) == GP_OK, "begin: %s", gp_last_error());
+    CHECK(cudaStreamBeginCapture((cudaStream_t)s, cudaStreamCaptureModeGlobal) == cudaSuccess, "capture");
+    CHECK(POOL(gp_alloc(d.pool, &g, 3 * MIB, s)) == GP_OK, "alloc in capture: %s", gp_last_error());
+    kernel(&d, s, g, 3 * MIB, GP_SIM_WRITE, 42, 100); /* every replay writes it */
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    CHECK(cudaStreamEndCapture((cudaStream_t)s, &graph) == cudaSuccess && graph != NULL, "a valid graph");
+    CHECK(POOL(gp_graph_pool_end(d.pool, 9)) == GP_OK, "end: %s", gp_last_error());
+    CHECK(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess, "instantiate");
+    CHECK(cudaGraphLaunch(exec, (cudaStream_t)s) == cudaSuccess, "replay");
+    stream_sync(&d, s);
+    size_t graph_held = tenant_now(&d, "m").graph_held_bytes;
+    CHECK(graph_held > 0, "the graph pool is m's");
+
+    CHECK(POOL(gp_graph_pool_begin(d.pool, 10)) == GP_OK, "begin: %s", gp_last_error());
+    int rc = POOL(gp_tenant_pause(d.pool, "m", GP_PAUSE_KEEP_CONTENTS));
+    CHECK(rc == GP_ERR_INVALID && strstr(gp_last_error(), "being captured") != NULL,
+          "a pause while a graph pool window is open is refused: %d %s", rc, gp_last_error());
+    CHECK(POOL(gp_graph_pool_end(d.pool, 10)) == GP_OK && POOL(gp_graph_pool_release(d.pool, 10)) == GP_OK, "end");
+
+    CHECK(POOL(gp_tenant_pause(d.pool, "m", GP_PAUSE_KEEP_CONTENTS)) == GP_OK, "pause: %s", gp_last_error());
+    gp_stats st = stats_now(&d);
+    CHECK(tenant_now(&d, "m").graph_held_bytes == 0 && st.graph_reserved_bytes == 0,
+          "paused: the graph pool holds no device memory (graph_held %llu, graph reserved %llu)",
+          (unsigned long long)tenant_now(&d, "m").graph_held_bytes, (unsigned long long)st.graph_reserved_bytes);
+    CHECK(POOL(gp_tenant_resume(d.pool, "m")) == GP_OK, "resume: %s", gp_last_error());
+    CHECK(tenant_now(&d, "m").graph_held_bytes == graph_held, "resumed: the graph pool holds %zu again", graph_held);
+    rc = POOL(gp_tenant_resume(d.pool, "m"));
+    CHECK(rc == GP_ERR_INVALID && strstr(gp_last_error(), "not paused") != NULL, "a second resume: %d", rc);
+    kernel(&d, s, own, 4 * MIB, GP_SIM_CHECK, 41, 10);
+    kernel(&d, s, g, 3 * MIB, GP_SIM_CHECK, 42, 10); /* staged and restored */
+    CHECK(cudaGraphLaunch(exec, (cudaStream_t)s) == cudaSuccess, "replay after the resume");
+    kernel(&d, s, g, 3 * MIB, GP_SIM_CHECK, 42, 10);
+    stream_sync(&d, s);
+
+    CHECK(cudaGraphExecDestroy(exec) == cudaSuccess && cudaGraphDestroy(graph) == cudaSuccess, "graph gone");
+    CHECK(POOL(gp_free(d.pool, g, s)) == GP_OK && POOL(gp_graph_pool_release(d.pool, 9)) == GP_OK, "release: %s",
+          gp_last_error());
+    CHECK(POOL(gp_free(d.pool, own, s)) == GP_OK && POOL(gp_tenant_pop(d.pool)) == GP_OK, "free");
+    CHECK(POOL(gp_check(d.pool)) == GP_OK, "gp_check: %s", gp_last_error());
+    sync_dev(&d);
+    CHECK(mismatches(&d) == 0, "contents changed across the pause");
+    close_dev(&d, true);
+#endif
+}
+
+/* The pause (at_resume false) or the resume of a model with a graph pool, with the nth device call of
+ * it failing, for every n it makes: whatever it returns, resuming until the model is not paused (a
+ * graph pool left paused takes a second resume) brings the model and its graph pool back with their
+ * contents, and the graph replays. */
+static void capture_pause_fault_sweep(bool at_resume)
+{
+#if CONF_EMU
+    if (!vmm)
+        return;
+    int runs = 0;
+    for (uint64_t n = 1; n < 200; n++) {
+        conf_dev d;
+        if (open_dev(&d, 0, "") != GP_OK)
+            return;
+        gp_stream s = stream_new(&d);
+        CHECK(POOL(gp_tenant_create(d.pool, "m", NULL)) == GP_OK && POOL(gp_tenant_push(d.pool, "m")) == GP_OK, "m");
+        void *own = NULL, *g = NULL;
+        CHECK(POOL(gp_alloc(d.pool, &own, 4 * MIB, s)) == GP_OK, "alloc: %s", gp_last_error());
+        kernel(&d, s, own, 4 * MIB, GP_SIM_WRITE, 51, 100);
+        CHECK(POOL(gp_graph_pool_begin(d.pool, 4)) == GP_OK, "begin: %s", gp_last_error());
+        CHECK(cudaStreamBeginCapture((cudaStream_t)s, cudaStreamCaptureModeGlobal) == cudaSuccess, "capture");
+        CHECK(POOL(gp_alloc(d.pool, &g, 3 * MIB, s)) == GP_OK, "alloc in capture: %s", gp_last_error());
+        kernel(&d, s, g, 3 * MIB, GP_SIM_WRITE, 52, 100);
+        cudaGraph_t graph = NULL;
+        cudaGraphExec_t exec = NULL;
+        CHECK(cudaStreamEndCapture((cudaStream_t)s, &graph) == cudaSuccess, "a valid graph");
+        CHECK(POOL(gp_graph_pool_end(d.pool, 4)) == GP_OK, "end: %s", gp_last_error());
+        CHECK(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess && cudaGraphLaunch(exec, (cudaStream_t)s) == cudaSuccess,
+              "replay");
+        size_t graph_held = tenant_now(&d, "m").graph_held_bytes, held = tenant_now(&d, "m").held_bytes;
+
+        if (at_resume)
+            CHECK(POOL(gp_tenant_pause(d.pool, "m", GP_PAUSE_KEEP_CONTENTS)) == GP_OK, "pause: %s", gp_last_error());
+        gp_sim_fail_call(d.sim, n, GP_SIM_CALL_ALL, n % 3 == 0 ? GP_ERR_OOM : GP_ERR_DEVICE);
+        int rc = at_resume ? gp_tenant_resume(d.pool, "m") : gp_tenant_pause(d.pool, "m", GP_PAUSE_KEEP_CONTENTS);
+        uint64_t injected = gp_sim_faults_injected(d.sim);
+        gp_sim_fail_call(d.sim, 0, 0, 0);
+        CHECK(rc == GP_OK || gp_last_error()[0] != '\0', "a failed pause or resume says why");
+        if (!at_resume && rc != GP_OK && strstr(gp_last_error(), "rolled back") != NULL &&
+            strstr(gp_last_error(), "failed too") == NULL)
+            CHECK(!tenant_now(&d, "m").paused && tenant_now(&d, "m").graph_held_bytes == graph_held,
+                  "fault #%llu: a pause that says it was rolled back changed nothing: %s", (unsigned long long)n,
+                  gp_last_error());
+        for (int tries = 0; tries < 3 && gp_tenant_resume(d.pool, "m") == GP_OK; tries++)
+            ;
+        gp_tenant_stats m = tenant_now(&d, "m");
+        CHECK(!m.paused && m.graph_held_bytes == graph_held && m.held_bytes == held,
+              "fault #%llu: after resume: paused %d, graph_held %llu of %zu, held %llu of %zu", (unsigned long long)n,
+              m.paused, (unsigned long long)m.graph_held_bytes, graph_held, (unsigned long long)m.held_bytes, held);
+        kernel(&d, s, own, 4 * MIB, GP_SIM_CHECK, 51, 10);
+        kernel(&d, s, g, 3 * MIB, GP_SIM_CHECK, 52, 10);
+        CHECK(cudaGraphLaunch(exec, (cudaStream_t)s) == cudaSuccess, "replay after the resume");
+        kernel(&d, s, g, 3 * MIB, GP_SIM_CHECK, 52, 10);
+        stream_sync(&d, s);
+        CHECK(cudaGraphExecDestroy(exec) == cudaSuccess && cudaGraphDestroy(graph) == cudaSuccess, "graph gone");
+        CHECK(POOL(gp_free(d.pool, g, s)) == GP_OK && POOL(gp_graph_pool_release(d.pool, 4)) == GP_OK, "release: %s",
+              gp_last_error());
+        CHECK(POOL(gp_free(d.pool, own, s)) == GP_OK && POOL(gp_tenant_pop(d.pool)) == GP_OK, "free");
+        CHECK(POOL(gp_check(d.pool)) == GP_OK, "gp_check: %s", gp_last_error());
+        sync_dev(&d);
+        CHECK(mismatches(&d) == 0, "fault #%llu: contents changed across the pause", (unsigned long long)n);
+        close_dev(&d, true);
+        if (injected == 0)
+            break;
+        runs++;
+    }
+    printf("     (%s with a graph pool: %d runs, one injected fault each)\n", at_resume ? "resume" : "pause", runs);
+    CHECK(runs > 5, "it reached only %d device calls", runs);
+#endif
+}
+
 static void case_capture(void)
 {
 #if CONF_EMU
@@ -220,6 +354,9 @@ static void case_capture(void)
     close_dev(&d, true);
     capture_in_a_graph_pool();
     capture_charged_to_its_tenant();
+    capture_pauses_with_its_tenant();
+    capture_pause_fault_sweep(false);
+    capture_pause_fault_sweep(true);
 #else
     printf("     (capture: needs the CUDA emulation, or torch.cuda.graph in bench/gpu/run.sh)\n");
 #endif
