@@ -193,16 +193,30 @@ class Installed(unittest.TestCase):
             gt.install()
             with gt.model("m"):
                 t = torch.arange(4 << 20, device="cuda", dtype=torch.float32)
+                torch.cuda.synchronize()
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):                  # its pool is m's, and pauses with m
+                    y = t * 2
+            g.replay()
+            torch.cuda.synchronize()
             ref = float(t.sum())
             held = gt.tenant_stats("m")["held_bytes"]
+            graph_held = gt.tenant_stats("m")["graph_held_bytes"]
+            assert graph_held > 0, graph_held
             gt.pause("m")
             st = gt.tenant_stats("m")
-            assert st["paused"] and st["held_bytes"] < held, st
+            assert st["paused"] and st["held_bytes"] < held and st["graph_held_bytes"] < graph_held, st
             gt.resume("m")
             assert float(t.sum()) == ref
+            assert float(y.sum()) == 2 * ref                # the graph's output, staged and restored
+            t.fill_(1.0)
+            g.replay()                                     # at the same addresses after the resume
+            torch.cuda.synchronize()
+            assert float(y.sum()) == 2.0 * t.numel(), float(y.sum())
             print("PAUSE_OK")
+            print("GRAPH_AFTER_RESUME_OK")
         """, conf="backend:vmm")
-        self.check(r, "PAUSE_OK")
+        self.check(r, "PAUSE_OK", "GRAPH_AFTER_RESUME_OK")
 
 
 @unittest.skipUnless(HAVE_TORCH, "PyTorch is not importable")
