@@ -173,6 +173,58 @@ static void capture_charged_to_its_tenant(void)
 #endif
 }
 
+/* A model m with a 4 MiB tensor of its own (pattern seed) and a CUDA graph captured in its name into graph
+ * pool `id`, whose kernel writes a 3 MiB buffer of the graph's (pattern seed + 1) at every replay;
+ * replayed once. */
+typedef struct model_graph {
+    gp_stream s;
+    uint64_t id, seed;
+    void *own, *g;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+} model_graph;
+
+static model_graph model_with_graph(conf_dev *d, uint64_t id, uint64_t seed)
+{
+    model_graph m = {.s = stream_new(d), .id = id, .seed = seed};
+    CHECK(POOL(gp_tenant_create(d->pool, "m", NULL)) == GP_OK && POOL(gp_tenant_push(d->pool, "m")) == GP_OK, "m");
+    CHECK(POOL(gp_alloc(d->pool, &m.own, 4 * MIB, m.s)) == GP_OK, "alloc: %s", gp_last_error());
+    kernel(d, m.s, m.own, 4 * MIB, GP_SIM_WRITE, seed, 100);
+    CHECK(POOL(gp_graph_pool_begin(d->pool, id)) == GP_OK, "begin: %s", gp_last_error());
+    CHECK(cudaStreamBeginCapture((cudaStream_t)m.s, cudaStreamCaptureModeGlobal) == cudaSuccess, "capture");
+    CHECK(POOL(gp_alloc(d->pool, &m.g, 3 * MIB, m.s)) == GP_OK, "alloc in capture: %s", gp_last_error());
+    kernel(d, m.s, m.g, 3 * MIB, GP_SIM_WRITE, seed + 1, 100); /* every replay writes it */
+    CHECK(cudaStreamEndCapture((cudaStream_t)m.s, &m.graph) == cudaSuccess && m.graph != NULL, "a valid graph");
+    CHECK(POOL(gp_graph_pool_end(d->pool, id)) == GP_OK, "end: %s", gp_last_error());
+    CHECK(cudaGraphInstantiate(&m.exec, m.graph, 0) == cudaSuccess, "instantiate");
+    CHECK(cudaGraphLaunch(m.exec, (cudaStream_t)m.s) == cudaSuccess, "replay");
+    stream_sync(d, m.s);
+    return m;
+}
+
+/* Both patterns are intact, and the graph replays (rewriting its buffer, checked again). */
+static void model_graph_intact(conf_dev *d, const model_graph *m)
+{
+    kernel(d, m->s, m->own, 4 * MIB, GP_SIM_CHECK, m->seed, 10);
+    kernel(d, m->s, m->g, 3 * MIB, GP_SIM_CHECK, m->seed + 1, 10);
+    CHECK(cudaGraphLaunch(m->exec, (cudaStream_t)m->s) == cudaSuccess, "replay");
+    kernel(d, m->s, m->g, 3 * MIB, GP_SIM_CHECK, m->seed + 1, 10);
+    stream_sync(d, m->s);
+}
+
+/* The graph destroyed, its pool released, m's tensor freed; the pool checked and closed. */
+static void model_graph_close(conf_dev *d, model_graph *m)
+{
+    CHECK(cudaGraphExecDestroy(m->exec) == cudaSuccess && cudaGraphDestroy(m->graph) == cudaSuccess, "graph gone");
+    CHECK(POOL(gp_free(d->pool, m->g, m->s)) == GP_OK && POOL(gp_graph_pool_release(d->pool, m->id)) == GP_OK,
+          "release: %s", gp_last_error());
+    CHECK(POOL(gp_free(d->pool, m->own, m->s)) == GP_OK && POOL(gp_tenant_pop(d->pool)) == GP_OK, "free");
+    CHECK(POOL(gp_check(d->pool)) == GP_OK, "gp_check: %s", gp_last_error());
+    sync_dev(d);
+    CHECK(mismatches(d) == 0, "contents changed across the pause");
+    close_dev(d, true);
+}
+
 /* torch_memory_saver's promise, for gpupool: pausing a model gives its CUDA graphs' memory back too,
  * and after the resume the graph replays at the same addresses, its buffers' contents kept (virtual
  * memory backends). A pause while a graph is being captured is refused, since waiting for a stream
@@ -185,22 +237,7 @@ static void capture_pauses_with_its_tenant(void)
     conf_dev d;
     if (open_dev(&d, 0, "") != GP_OK)
         return;
-    gp_stream s = stream_new(&d);
-    CHECK(POOL(gp_tenant_create(d.pool, "m", NULL)) == GP_OK && POOL(gp_tenant_push(d.pool, "m")) == GP_OK, "m");
-    void *own = NULL, *g = NULL;
-    CHECK(POOL(gp_alloc(d.pool, &own, 4 * MIB, s)) == GP_OK, "alloc: %s", gp_last_error());
-    kernel(&d, s, own, 4 * MIB, GP_SIM_WRITE, 41, 100);
-    CHECK(POOL(gp_graph_pool_begin(d.pool, 9)) == GP_OK, "begin: %s", gp_last_error());
-    CHECK(cudaStreamBeginCapture((cudaStream_t)s, cudaStreamCaptureModeGlobal) == cudaSuccess, "capture");
-    CHECK(POOL(gp_alloc(d.pool, &g, 3 * MIB, s)) == GP_OK, "alloc in capture: %s", gp_last_error());
-    kernel(&d, s, g, 3 * MIB, GP_SIM_WRITE, 42, 100); /* every replay writes it */
-    cudaGraph_t graph = NULL;
-    cudaGraphExec_t exec = NULL;
-    CHECK(cudaStreamEndCapture((cudaStream_t)s, &graph) == cudaSuccess && graph != NULL, "a valid graph");
-    CHECK(POOL(gp_graph_pool_end(d.pool, 9)) == GP_OK, "end: %s", gp_last_error());
-    CHECK(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess, "instantiate");
-    CHECK(cudaGraphLaunch(exec, (cudaStream_t)s) == cudaSuccess, "replay");
-    stream_sync(&d, s);
+    model_graph m = model_with_graph(&d, 9, 41);
     size_t graph_held = tenant_now(&d, "m").graph_held_bytes;
     CHECK(graph_held > 0, "the graph pool is m's");
 
@@ -219,20 +256,8 @@ static void capture_pauses_with_its_tenant(void)
     CHECK(tenant_now(&d, "m").graph_held_bytes == graph_held, "resumed: the graph pool holds %zu again", graph_held);
     rc = POOL(gp_tenant_resume(d.pool, "m"));
     CHECK(rc == GP_ERR_INVALID && strstr(gp_last_error(), "not paused") != NULL, "a second resume: %d", rc);
-    kernel(&d, s, own, 4 * MIB, GP_SIM_CHECK, 41, 10);
-    kernel(&d, s, g, 3 * MIB, GP_SIM_CHECK, 42, 10); /* staged and restored */
-    CHECK(cudaGraphLaunch(exec, (cudaStream_t)s) == cudaSuccess, "replay after the resume");
-    kernel(&d, s, g, 3 * MIB, GP_SIM_CHECK, 42, 10);
-    stream_sync(&d, s);
-
-    CHECK(cudaGraphExecDestroy(exec) == cudaSuccess && cudaGraphDestroy(graph) == cudaSuccess, "graph gone");
-    CHECK(POOL(gp_free(d.pool, g, s)) == GP_OK && POOL(gp_graph_pool_release(d.pool, 9)) == GP_OK, "release: %s",
-          gp_last_error());
-    CHECK(POOL(gp_free(d.pool, own, s)) == GP_OK && POOL(gp_tenant_pop(d.pool)) == GP_OK, "free");
-    CHECK(POOL(gp_check(d.pool)) == GP_OK, "gp_check: %s", gp_last_error());
-    sync_dev(&d);
-    CHECK(mismatches(&d) == 0, "contents changed across the pause");
-    close_dev(&d, true);
+    model_graph_intact(&d, &m); /* staged and restored, and the graph replays at the same addresses */
+    model_graph_close(&d, &m);
 #endif
 }
 
@@ -250,21 +275,7 @@ static void capture_pause_fault_sweep(bool at_resume)
         conf_dev d;
         if (open_dev(&d, 0, "") != GP_OK)
             return;
-        gp_stream s = stream_new(&d);
-        CHECK(POOL(gp_tenant_create(d.pool, "m", NULL)) == GP_OK && POOL(gp_tenant_push(d.pool, "m")) == GP_OK, "m");
-        void *own = NULL, *g = NULL;
-        CHECK(POOL(gp_alloc(d.pool, &own, 4 * MIB, s)) == GP_OK, "alloc: %s", gp_last_error());
-        kernel(&d, s, own, 4 * MIB, GP_SIM_WRITE, 51, 100);
-        CHECK(POOL(gp_graph_pool_begin(d.pool, 4)) == GP_OK, "begin: %s", gp_last_error());
-        CHECK(cudaStreamBeginCapture((cudaStream_t)s, cudaStreamCaptureModeGlobal) == cudaSuccess, "capture");
-        CHECK(POOL(gp_alloc(d.pool, &g, 3 * MIB, s)) == GP_OK, "alloc in capture: %s", gp_last_error());
-        kernel(&d, s, g, 3 * MIB, GP_SIM_WRITE, 52, 100);
-        cudaGraph_t graph = NULL;
-        cudaGraphExec_t exec = NULL;
-        CHECK(cudaStreamEndCapture((cudaStream_t)s, &graph) == cudaSuccess, "a valid graph");
-        CHECK(POOL(gp_graph_pool_end(d.pool, 4)) == GP_OK, "end: %s", gp_last_error());
-        CHECK(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess && cudaGraphLaunch(exec, (cudaStream_t)s) == cudaSuccess,
-              "replay");
+        model_graph mg = model_with_graph(&d, 4, 51);
         size_t graph_held = tenant_now(&d, "m").graph_held_bytes, held = tenant_now(&d, "m").held_bytes;
 
         if (at_resume)
@@ -285,19 +296,8 @@ static void capture_pause_fault_sweep(bool at_resume)
         CHECK(!m.paused && m.graph_held_bytes == graph_held && m.held_bytes == held,
               "fault #%llu: after resume: paused %d, graph_held %llu of %zu, held %llu of %zu", (unsigned long long)n,
               m.paused, (unsigned long long)m.graph_held_bytes, graph_held, (unsigned long long)m.held_bytes, held);
-        kernel(&d, s, own, 4 * MIB, GP_SIM_CHECK, 51, 10);
-        kernel(&d, s, g, 3 * MIB, GP_SIM_CHECK, 52, 10);
-        CHECK(cudaGraphLaunch(exec, (cudaStream_t)s) == cudaSuccess, "replay after the resume");
-        kernel(&d, s, g, 3 * MIB, GP_SIM_CHECK, 52, 10);
-        stream_sync(&d, s);
-        CHECK(cudaGraphExecDestroy(exec) == cudaSuccess && cudaGraphDestroy(graph) == cudaSuccess, "graph gone");
-        CHECK(POOL(gp_free(d.pool, g, s)) == GP_OK && POOL(gp_graph_pool_release(d.pool, 4)) == GP_OK, "release: %s",
-              gp_last_error());
-        CHECK(POOL(gp_free(d.pool, own, s)) == GP_OK && POOL(gp_tenant_pop(d.pool)) == GP_OK, "free");
-        CHECK(POOL(gp_check(d.pool)) == GP_OK, "gp_check: %s", gp_last_error());
-        sync_dev(&d);
-        CHECK(mismatches(&d) == 0, "fault #%llu: contents changed across the pause", (unsigned long long)n);
-        close_dev(&d, true);
+        model_graph_intact(&d, &mg);
+        model_graph_close(&d, &mg);
         if (injected == 0)
             break;
         runs++;
