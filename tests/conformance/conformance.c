@@ -24,6 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "emu_test.h"
 #include "gpupool.h"
@@ -695,6 +697,39 @@ static void case_stream_forget(void)
 
 #include "conformance_capture.h"
 
+/* ledger:on names the GPU's ledger by the UUID the runtime reports for it (cudaGetDeviceProperties,
+ * nvidia-smi's spelling), so that processes that see one GPU under different indices share it and
+ * processes on different GPUs do not. On the real backends and the emulation; the ledger is removed
+ * afterwards only when this test made it. */
+static void case_ledger_by_uuid(void)
+{
+#if CONF_CUDA
+    if (!cuda_api) {
+        printf("     (ledger by UUID: a simulated GPU has no UUID)\n");
+        return;
+    }
+    conf_dev d;
+    if (open_dev(&d, 0, "") != GP_OK) /* the device (or its emulation) up, and no ledger yet */
+        return;
+    struct cudaDeviceProp prop;
+    memset(&prop, 0, sizeof prop);
+    CHECK(cudaGetDeviceProperties(&prop, 0) == cudaSuccess, "cudaGetDeviceProperties");
+    close_dev(&d, true);
+    const unsigned char *u = (const unsigned char *)prop.uuid.bytes;
+    char name[96], path[128];
+    snprintf(name, sizeof name, "/gpupool.GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+             u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+    snprintf(path, sizeof path, "/dev/shm%s", name);
+    bool existed = access(path, F_OK) == 0;
+    if (open_dev(&d, 0, "ledger:on") != GP_OK)
+        return;
+    CHECK(access(path, F_OK) == 0, "ledger:on made no %s", path);
+    close_dev(&d, true);
+    if (!existed)
+        CHECK(shm_unlink(name) == 0, "removing %s", name);
+#endif
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -720,6 +755,7 @@ int main(int argc, char **argv)
     RUN(case_fault_sweep);
     RUN(case_random_stress);
     RUN(case_capture);
+    RUN(case_ledger_by_uuid);
     printf("%s: %d failure(s)\n", test_failures ? "FAILED" : "passed", test_failures);
     return test_failures != 0;
 }
