@@ -95,6 +95,11 @@ int gp_capture_defer_free(gp_pool_state *p, void *ptr, gp_stream stream);
 void gp_capture_after_free(gp_pool_state *p, gp_pool *child);
 /* Destroys the graph pools at gp_pool_destroy; adds their leaks to *leaks. */
 void gp_capture_destroy(gp_pool_state *p, gp_leak_report *leaks);
+/* A graph pool's only tenant (its memory is charged on to charge_to: capture.c). */
+static inline gp_tenant *gp_graph_pool_tenant(const gp_pool *graph)
+{
+    return graph->state->tenants.tenants[0];
+}
 /* Calls fn on each of p's graph pools alive (released ones whose blocks are still live included), under
  * the capture lock, which comes before any graph pool's locks and is never taken under p's: the caller
  * holds none of p's locks. Returns how many. */

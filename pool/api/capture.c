@@ -85,7 +85,7 @@ static int capturing(gp_pool_state *p, gp_stream stream, bool *out)
  */
 static void charge_graph_pool(gp_pool_state *p, gp_pool *graph, gp_stream stream)
 {
-    gp_tenant *own = graph->state->tenants.tenants[0]; /* a graph pool's only tenant */
+    gp_tenant *own = gp_graph_pool_tenant(graph);
     if (own->charge_to == NULL)
         own->charge_to = p->tenants.tenants[gp_tenant_resolve(p, stream)];
 }
@@ -165,7 +165,6 @@ static int new_graph_pool(gp_pool_state *p, struct gp_capture_pools *c, uint64_t
     cp->cfg.defrag = false;           /* ... but no stitching or giving back inside a capture */
     cp->cfg.cache_slack = -1;
     cp->maintains = false;
-    cp->graph_child = true;
     cp->graph_parent = p;
     cp->routes_captures = false;      /* a graph pool serves what its parent routed to it */
     c->items[c->count] = (struct gp_graph_pool){id, child, false};
@@ -179,7 +178,7 @@ GP_API int gp_graph_pool_begin(gp_pool *pool, uint64_t id)
     int rc = gp_pool_enter(pool, "gp_graph_pool_begin", &p);
     if (rc != GP_OK)
         return rc;
-    if (p->graph_child)
+    if (p->graph_parent != NULL)
         return gp_error_set(GP_ERR_INVALID, "gp_graph_pool_begin: the pool is itself a graph's private pool");
     struct gp_capture_pools *c = capture_state(p);
     if (c == NULL)

@@ -289,22 +289,23 @@ static bool graph_pool_paused(gp_pool *graph)
 {
     gp_pool_state *g = graph->state;
     pthread_mutex_lock(&g->lock);
-    bool paused = g->tenants.tenants[0]->paused;
+    bool paused = gp_graph_pool_tenant(graph)->paused;
     pthread_mutex_unlock(&g->lock);
     return paused;
 }
 
+/* One graph pool of step's walk over the pool's graph pools (gp_capture_each: the caller holds none of
+ * the parent's locks). */
 static void step_graph_pool(gp_pool *graph, void *arg)
 {
     graph_step *s = arg;
-    if (graph->state->tenants.tenants[0]->charge_to != s->t || (s->pause && s->rc != GP_OK) ||
-        graph_pool_paused(graph) == s->pause)
+    gp_tenant *own = gp_graph_pool_tenant(graph);
+    if (own->charge_to != s->t || (s->pause && s->rc != GP_OK) || graph_pool_paused(graph) == s->pause)
         return;
-    /* the graph pool's only tenant, named in messages after the model (its own name is "default") */
+    /* named in messages after the model (its own name is "default") */
     char label[GP_TENANT_NAME_MAX + 32];
     snprintf(label, sizeof label, "%s (a CUDA graph's pool)", s->t->name);
-    gp_pool_state *g = graph->state;
-    int rc = s->pause ? pause_own(g, g->tenants.tenants[0], label, s->flags) : resume_own(g, g->tenants.tenants[0], label);
+    int rc = s->pause ? pause_own(graph->state, own, label, s->flags) : resume_own(graph->state, own, label);
     if (rc == GP_OK) {
         s->done++;
         return;
@@ -314,12 +315,6 @@ static void step_graph_pool(gp_pool *graph, void *arg)
         s->rc = rc;
         snprintf(s->why, sizeof s->why, "%s", gp_last_error());
     }
-}
-
-/* Runs step (pause or resume) over the graph pools charged to t; the caller holds none of p's locks. */
-static void step_graphs(gp_pool_state *p, graph_step *step)
-{
-    (void)gp_capture_each(p, step_graph_pool, step);
 }
 
 GP_API int gp_tenant_pause(gp_pool *pool, const char *name, unsigned flags)
@@ -342,13 +337,13 @@ GP_API int gp_tenant_pause(gp_pool *pool, const char *name, unsigned flags)
     if ((rc = pause_own(p, t, name, flags)) != GP_OK)
         return rc;
     graph_step step = {.t = t, .pause = true, .flags = flags};
-    step_graphs(p, &step);
+    (void)gp_capture_each(p, step_graph_pool, &step);
     if (step.rc == GP_OK)
         return GP_OK;
     /* A graph pool that failed rolled itself back (or stays paused, saying so); the others and t come
      * back, so that the failed pause changes nothing */
     graph_step undo = {.t = t, .pause = false};
-    step_graphs(p, &undo);
+    (void)gp_capture_each(p, step_graph_pool, &undo);
     int back = resume_own(p, t, name);
     gp_error_set(step.rc, "%s (gp_tenant_pause of '%s': one of its CUDA graph pools could not be paused, so the "
                  "pause was undone%s)", step.why, name,
@@ -373,7 +368,7 @@ GP_API int gp_tenant_resume(gp_pool *pool, const char *name)
     if (paused && (rc = resume_own(p, t, name)) != GP_OK)
         return rc;
     graph_step step = {.t = t, .pause = false};
-    step_graphs(p, &step);
+    (void)gp_capture_each(p, step_graph_pool, &step);
     if (!paused && step.done == 0 && step.failed == 0)
         return gp_error_set(GP_ERR_INVALID, "gp_tenant_resume: tenant '%s' is not paused", name);
     if (step.rc != GP_OK)

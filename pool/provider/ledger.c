@@ -193,15 +193,14 @@ int gp_ledger_shm_name(const char *value, int device, const unsigned char *uuid,
 {
     if (value == NULL || value[0] == '\0')
         return gp_error_set(GP_ERR_CONFIG, "ledger: empty name (use on, off or a name)");
-    if (strcmp(value, "on") == 0 && uuid != NULL) {
-        const unsigned char *u = uuid;
-        snprintf(out, GP_LEDGER_NAME_MAX,
-                 "/gpupool.GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2],
-                 u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
-        return GP_OK;
-    }
     if (strcmp(value, "on") == 0) {
-        snprintf(out, GP_LEDGER_NAME_MAX, "/gpupool.dev%d", device);
+        const unsigned char *u = uuid;
+        if (u != NULL)
+            snprintf(out, GP_LEDGER_NAME_MAX,
+                     "/gpupool.GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+                     u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+        else
+            snprintf(out, GP_LEDGER_NAME_MAX, "/gpupool.dev%d", device);
         return GP_OK;
     }
     _Static_assert(GP_CONFIG_LEDGER_NAME_LEN + sizeof "/gpupool." <= GP_LEDGER_NAME_MAX, "ledger names fit");

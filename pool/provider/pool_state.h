@@ -97,12 +97,11 @@ typedef struct gp_pool_state {
     gp_peak_composition peak_composition;
 
     /* CUDA graph capture (api/capture.c): the private pools of this pool's graphs (NULL before the
-     * first gp_graph_pool_begin), and for a private pool itself: graph_child, and graph_window while
-     * its graph is being captured. */
+     * first gp_graph_pool_begin), and for a private pool itself: graph_parent, its parent (which
+     * outlives it, and whose tenant its tenant is charged to; NULL in any other pool), and graph_window
+     * while its graph is being captured. */
     struct gp_capture_pools *capture;
-    /* A graph pool's parent (it outlives its graph pools), whose tenant its tenant is charged to. */
     struct gp_pool_state *graph_parent;
-    bool graph_child;
     /* Whether gp_alloc/gp_free ask the backend if the stream captures: its backend can capture
      * (ops->stream_capturing) and this is no graph pool. Set before the pool is reachable, then read
      * only: one byte tested inline on every call (api.h, gp_capture_route). */
