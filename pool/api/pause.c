@@ -225,7 +225,7 @@ static int resume_own(gp_pool_state *p, gp_tenant *t, const char *name)
         gp_unlock_stream_set(p, &set);
         gp_collect_all_pending(p); /* quick-listed and completed pending blocks hide whole free pages */
         /* t's ranges are still paused, so this takes no page of t's that this attempt mapped */
-        if (gp_vmm_unmap_free_pages(p, need, NULL, UINT64_MAX, false, &failed, NULL, t) > 0)
+        if (gp_vmm_unmap_free_pages(p, need, NULL, false, UINT64_MAX, false, &failed, NULL, t) > 0)
             rc = remap_tenant(p, t, mapped, &nmapped, room);
     }
     gp_lock_tenant_streams(p, t, &set);

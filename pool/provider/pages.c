@@ -281,6 +281,23 @@ size_t gp_pages_map_front(gp_pool_state *p, gp_stream_state *st, gp_segment *seg
     return done;
 }
 
+size_t gp_pages_map_back(gp_pool_state *p, gp_stream_state *st, gp_segment *seg, gp_block *u, size_t n, int *rc)
+{
+    assert(u->state == GP_BLOCK_UNMAPPED && n * p->page <= u->size);
+    if (n * p->page == u->size)
+        return gp_pages_map_front(p, st, seg, u, n, rc);
+    gp_block *spare = gp_block_new(&st->blocks);
+    if (spare == NULL) {
+        *rc = gp_error_set(GP_ERR_OOM, "out of host memory for block metadata");
+        return 0;
+    }
+    gp_block *back = gp_pages_split(u, u->size - n * p->page, spare);
+    size_t done = gp_pages_map_front(p, st, seg, back, n, rc);
+    if (done == 0)
+        (void)gp_pages_merge(&st->blocks, back); /* nothing mapped: u is one UNMAPPED block again */
+    return done;
+}
+
 /*
  * Unmaps the n whole pages starting at `first` inside the FREE block b of seg (owner locked): the
  * handles go to the page pool or, with `release`, back to the device. Returns the pages done; stops at

@@ -72,6 +72,13 @@ gp_block *gp_pages_carve(gp_heap *heap, gp_block *b, uintptr_t from, size_t byte
 size_t gp_pages_map_front(gp_pool_state *p, gp_stream_state *st, gp_segment *seg, gp_block *u, size_t n, int *rc);
 
 /*
+ * As gp_pages_map_front, at the back of u: the n pages right before the block after u, coalesced with
+ * it where it is FREE (all of u: gp_pages_map_front). Where the mapping stops short, the pages mapped
+ * are a FREE block between UNMAPPED ones, and where none is, u is as it was.
+ */
+size_t gp_pages_map_back(gp_pool_state *p, gp_stream_state *st, gp_segment *seg, gp_block *u, size_t n, int *rc);
+
+/*
  * Unmaps the n whole pages starting at `first` inside the FREE block b of seg (owner locked): the
  * handles go to the page pool or, with `release`, back to the device. Returns the pages done; stops at
  * the first failure (*rc), leaving the rest of b FREE.

@@ -29,6 +29,15 @@
 #include "provider/provider.h"
 #include "provider/vmm.h"
 
+/* Whether b is a FREE block a growth at `spot` extends or must leave in place (vmm.h): the one before
+ * it, and with growth at its back the one after it too. Unmapping pages at the end of the one before
+ * would merge the UNMAPPED spot into them (recycling its struct); at the front of the one after, they
+ * join the spot and the block the growth extends is no longer next to where it maps. */
+static bool around_spot(const gp_block *b, const gp_block *spot, bool spot_back)
+{
+    return spot != NULL && (b->next == spot || (spot_back && b->prev == spot));
+}
+
 /*
  * One range's part of gp_vmm_unmap_free_pages (owner locked): up to `want` whole pages of its FREE
  * blocks stamped up to `done_upto` (the owner's free clock: UINT64_MAX takes any, waiting for the
@@ -37,8 +46,8 @@
  * *rc gets the first failure.
  */
 static size_t unmap_in_range(gp_pool_state *p, gp_segment *seg, size_t want, const gp_block *spot,
-                             uint64_t idle_before, uint64_t done_upto, bool release, bool others, bool shared,
-                             int *rc)
+                             bool spot_back, uint64_t idle_before, uint64_t done_upto, bool release, bool others,
+                             bool shared, int *rc)
 {
     gp_stream_state *owner = seg->owner;
     size_t got = 0;
@@ -51,7 +60,7 @@ static size_t unmap_in_range(gp_pool_state *p, gp_segment *seg, size_t want, con
              * written) has its state written by that thread without the stream's lock
              * (provider/thread_cache.h; TSan, multiprocess_ledger_threads: gp_tc_pop against this
              * read from a tenant's trim). */
-            if (b->size < p->page || b->state != GP_BLOCK_FREE || (spot != NULL && b->next == spot) ||
+            if (b->size < p->page || b->state != GP_BLOCK_FREE || around_spot(b, spot, spot_back) ||
                 b->free_since > idle_before || b->free_seq > done_upto)
                 continue;
             uintptr_t first = seg->addr + gp_div_up(b->addr - seg->addr, p->page) * p->page;
@@ -89,8 +98,9 @@ static size_t unmap_in_range(gp_pool_state *p, gp_segment *seg, size_t want, con
     return got;
 }
 
-size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *spot, uint64_t idle_before,
-                               bool release, int *rc, const gp_tenant *only, const gp_tenant *taker)
+size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *spot, bool spot_back,
+                               uint64_t idle_before, bool release, int *rc, const gp_tenant *only,
+                               const gp_tenant *taker)
 {
     size_t got = 0;
     if (gp_capture_underway()) /* unmapping synchronises the device: never while a graph is captured */
@@ -107,7 +117,8 @@ size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *sp
             bool others = taker != NULL && owner->tenant != taker;
             pthread_mutex_lock(&owner->lock);
             uint64_t done_upto = idle_only ? gp_stream_done(p, owner) : UINT64_MAX;
-            got += unmap_in_range(p, seg, want - got, spot, idle_before, done_upto, release, others, shared, rc);
+            got += unmap_in_range(p, seg, want - got, spot, spot_back, idle_before, done_upto, release, others,
+                                  shared, rc);
             pthread_mutex_unlock(&owner->lock);
         }
     }
@@ -125,7 +136,7 @@ size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *sp
  * moving (a serving loop of varying shapes, several streams whose peaks take turns); defrag:off
  * instead grows once and then maps nothing.
  */
-void gp_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t pages, const gp_block *spot)
+void gp_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t pages, const gp_block *spot, bool spot_back)
 {
     size_t cap = gp_cache_cap(&p->cfg, gp_allocated_estimate(p), atomic_load(&p->allocated_peak), rsize);
     size_t after = atomic_load(&p->reserved) + (pages - p->pooled_count) * p->page;
@@ -136,11 +147,11 @@ void gp_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t pages
         size_t want = gp_div_up(after - cap, p->page);
         if (want > pages - p->pooled_count)
             want = pages - p->pooled_count;
-        size_t got = gp_vmm_unmap_free_pages(p, want, spot, UINT64_MAX, false, &urc, NULL, st->tenant);
+        size_t got = gp_vmm_unmap_free_pages(p, want, spot, spot_back, UINT64_MAX, false, &urc, NULL, st->tenant);
         /* Short of free pages: pages parked for busy holders are free memory too, once their holder's
          * work on them is done; waiting for that one stream beats growing past the cap. */
         if (got < want && gp_alias_reclaim_waiting(p, want - got) > 0)
-            got += gp_vmm_unmap_free_pages(p, want - got, spot, UINT64_MAX, false, &urc, NULL, st->tenant);
+            got += gp_vmm_unmap_free_pages(p, want - got, spot, spot_back, UINT64_MAX, false, &urc, NULL, st->tenant);
         if (got > 0)
             atomic_fetch_add(&p->num_stitches, 1);
     }

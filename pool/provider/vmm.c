@@ -5,8 +5,8 @@
  *
  * A stream's heap of one kind (small or large) grows in place: its ranges reserve far more address
  * space than they map (vmm_reserve, by default the device's whole memory), and a miss maps new pages
- * at the front of an UNMAPPED stretch, preferably right after a FREE block, which it extends (the idea
- * of PyTorch's expandable segments). The pages come, in this order, from
+ * in an UNMAPPED stretch, next to a FREE block, which it extends, wherever that maps the fewest (the
+ * idea of PyTorch's expandable segments; growth_spot). The pages come, in this order, from
  *   1. the page pool: physical handles mapped nowhere, kept for reuse;
  *   2. stitching (defrag:on): whole free pages cut out of FREE blocks anywhere in the pool, unmapped
  *      and mapped again where they make one contiguous block (the idea of GMLake, ASPLOS 2024);
@@ -117,46 +117,78 @@ static int new_range(gp_pool_state *p, gp_stream_state *st, size_t bytes, bool s
     return GP_OK;
 }
 
-/* The UNMAPPED block of st's ranges of kind `small` where mapping the fewest pages yields a FREE block
- * of rsize (extending the FREE block before it). st locked. */
-static gp_block *growth_spot(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small, size_t *pages)
+/* Whether the neighbour b of an UNMAPPED block is a FREE block that growth next to it extends. Sizes
+ * before states: a block lent to a thread cache (under GP_QUICK_CLASSES granules, its size never
+ * written) has its state written by that thread without st's lock (provider/thread_cache.h); such a
+ * small block is taken as not extending (at most one page more grown, where the request's last bytes
+ * would have fitted in it; no figure of bench/RESULTS.md moves). */
+static bool extendable(const gp_block *b)
+{
+    return b != NULL && b->size >= GP_QUICK_CLASSES * GP_GRANULE && b->state == GP_BLOCK_FREE;
+}
+
+/*
+ * The UNMAPPED block of st's ranges of kind `small` where mapping the fewest pages yields a FREE block
+ * of rsize, and on which side of it (*back) they go: at its front, extending the FREE block before it,
+ * or, with `both_sides`, at its back, extending the FREE block after it. st locked.
+ *
+ * Why both sides. An UNMAPPED stretch inside a range is where whole free pages were cut out of a FREE
+ * block (stitching, giving memory back: provider/stitch.c), and the cut leaves that block's partly
+ * used first and last pages FREE on either side of it. Growth at the front only ever reuses the free
+ * bytes on the left; where the right holds more, it maps a page more than needed and strands the right
+ * one's free bytes in a partly used page, next to a new partly used page of its own. Mapping next to
+ * whichever side holds more maps the fewest pages, the rule this function has always followed, over
+ * both neighbours; a stretch filled whole joins both.
+ */
+static gp_block *growth_spot(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small, bool both_sides,
+                             size_t *pages, bool *back)
 {
     gp_block *spot = NULL;
     *pages = SIZE_MAX;
+    *back = false;
     for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
         if (seg->owner != st || seg->small != small || seg->pages == NULL || seg->stitched ||
             seg->mapped_bytes == seg->size)
             continue;
         for (gp_block *b = seg->first; b != NULL; b = b->next) {
-            /* Sizes before states: a block lent to a thread cache (under GP_QUICK_CLASSES granules,
-             * its size never written) has its state written by that thread without st's lock
-             * (provider/thread_cache.h). An UNMAPPED block is whole pages; a block before it small
-             * enough to be a thread's is taken as not extending the frontier (at most one page more
-             * grown, where the request's last bytes would have fitted in it; no figure of
-             * bench/RESULTS.md moves). */
+            /* An UNMAPPED block is whole pages (sizes before states, as in extendable) */
             if (b->size < p->page || b->state != GP_BLOCK_UNMAPPED)
                 continue;
-            const gp_block *left = b->prev;
-            bool extends =
-                left != NULL && left->size >= GP_QUICK_CLASSES * GP_GRANULE && left->state == GP_BLOCK_FREE;
-            size_t before = extends ? left->size : 0;
+            size_t gap = b->size / p->page;
+            size_t before = extendable(b->prev) ? b->prev->size : 0;
+            size_t after = both_sides && extendable(b->next) ? b->next->size : 0;
             size_t need = rsize > before ? gp_div_up(rsize - before, p->page) : 1;
-            if (need * p->page <= b->size && need < *pages) {
+            if (need <= gap && need < *pages) {
                 spot = b;
                 *pages = need;
+                *back = false;
+            }
+            if (after == 0)
+                continue;
+            need = rsize > after ? gp_div_up(rsize - after, p->page) : 1;
+            if (need <= gap && need < *pages) {
+                spot = b;
+                *pages = need;
+                *back = true;
+            }
+            if (gap < *pages && before + b->size + after >= rsize) { /* filled whole: joins both */
+                spot = b;
+                *pages = gap;
+                *back = false;
             }
         }
     }
     return spot;
 }
 
-/* Where st's heap of kind `small` grows for rsize (growth_spot; NULL: in a new range) and, in *pages,
- * how many pages that growth maps: `exact` when non-zero (the spot then only where they all fit), else
- * growth_spot's count, or the request's pages for a new range. st locked. */
+/* Where st's heap of kind `small` grows for rsize (growth_spot, *back its side; NULL: in a new range)
+ * and, in *pages, how many pages that growth maps: `exact` when non-zero (the spot then only where they
+ * all fit, at its front, which is where grow_and_stitch looks for them), else growth_spot's count, or
+ * the request's pages for a new range. st locked. */
 static gp_block *growth_plan(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small, size_t exact,
-                             size_t *pages)
+                             size_t *pages, bool *back)
 {
-    gp_block *spot = growth_spot(p, st, rsize, small, pages);
+    gp_block *spot = growth_spot(p, st, rsize, small, exact == 0, pages, back);
     if (exact != 0) {
         *pages = exact;
         return spot != NULL && spot->size >= exact * p->page ? spot : NULL;
@@ -164,6 +196,15 @@ static gp_block *growth_plan(gp_pool_state *p, gp_stream_state *st, size_t rsize
     if (spot == NULL)
         *pages = gp_div_up(rsize, p->page);
     return spot;
+}
+
+/* Maps n pages at the spot growth_spot chose, on its side; `from` gets the first page's address. */
+static size_t map_spot(gp_pool_state *p, gp_stream_state *st, gp_block *spot, bool back, size_t n, uintptr_t *from,
+                       int *rc)
+{
+    *from = back ? spot->addr + spot->size - n * p->page : spot->addr;
+    return back ? gp_pages_map_back(p, st, spot->segment, spot, n, rc)
+                : gp_pages_map_front(p, st, spot->segment, spot, n, rc);
 }
 
 /*
@@ -213,10 +254,11 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small,
 {
     size_t pages = 0, admitted = 0;
     gp_block *spot = NULL;
+    bool back = false;
     int rc = GP_OK;
     for (;;) {
         pthread_mutex_lock(&st->lock);
-        spot = growth_plan(p, st, rsize, small, exact, &pages);
+        spot = growth_plan(p, st, rsize, small, exact, &pages, &back);
         pthread_mutex_unlock(&st->lock);
         if (pages <= admitted)
             break;
@@ -233,7 +275,7 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small,
     if (p->ledger != NULL) {
         /* The charge may have given this pool's free pages back (to make room): find the spot again. */
         pthread_mutex_lock(&st->lock);
-        spot = growth_plan(p, st, rsize, small, exact, &pages);
+        spot = growth_plan(p, st, rsize, small, exact, &pages, &back);
         pthread_mutex_unlock(&st->lock);
         if (pages * p->page > charged) {
             rc = gp_pool_ledger_charge(p, st->tenant, 0, pages * p->page - charged, false);
@@ -252,14 +294,15 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small,
             return rc;
         }
         spot = seg->first;
+        back = false;
     }
     if (p->cfg.defrag && pages > p->pooled_count && !gp_capture_underway()) /* stitching unmaps */
-        gp_stitch(p, st, rsize, pages, spot);
+        gp_stitch(p, st, rsize, pages, spot, back);
     pthread_mutex_lock(&st->lock);
     assert(spot->state == GP_BLOCK_UNMAPPED); /* only pool-lock holders change UNMAPPED blocks */
     gp_segment *grown = spot->segment;
-    uintptr_t from = spot->addr;
-    size_t done = gp_pages_map_front(p, st, grown, spot, pages, &rc);
+    uintptr_t from = 0;
+    size_t done = map_spot(p, st, spot, back, pages, &from, &rc);
     pthread_mutex_unlock(&st->lock);
     gp_pool_ledger_credit(p, st->tenant, 0, charged - done * p->page); /* what was not mapped */
     if (done == pages)
@@ -277,16 +320,16 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small,
         gp_pool_ledger_make_room(p, st->tenant, pages * p->page);
         gp_collect_all_pending(p);
         pthread_mutex_lock(&st->lock);
-        spot = growth_spot(p, st, rsize, small, &more);
+        spot = growth_spot(p, st, rsize, small, exact == 0, &more, &back);
         pthread_mutex_unlock(&st->lock);
         if (spot != NULL && more <= admitted &&
             (rc = gp_pool_ledger_charge(p, st->tenant, 0, more * p->page, false)) == GP_OK) {
-            gp_vmm_unmap_free_pages(p, more, spot, UINT64_MAX, false, &urc, NULL, st->tenant);
+            gp_vmm_unmap_free_pages(p, more, spot, back, UINT64_MAX, false, &urc, NULL, st->tenant);
             pthread_mutex_lock(&st->lock);
             assert(spot->state == GP_BLOCK_UNMAPPED);
             gp_segment *seg2 = spot->segment;
-            uintptr_t from2 = spot->addr;
-            size_t again = gp_pages_map_front(p, st, seg2, spot, more, &rc);
+            uintptr_t from2 = 0;
+            size_t again = map_spot(p, st, spot, back, more, &from2, &rc);
             pthread_mutex_unlock(&st->lock);
             gp_pool_ledger_credit(p, st->tenant, 0, (more - again) * p->page);
             if (again == more)
@@ -460,7 +503,8 @@ static gp_block *borrow(gp_pool_state *p, gp_stream_state *st, size_t rsize, siz
 static size_t growth_beyond_pool(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small, size_t *need)
 {
     pthread_mutex_lock(&st->lock);
-    (void)growth_plan(p, st, rsize, small, 0, need);
+    bool back;
+    (void)growth_plan(p, st, rsize, small, 0, need, &back);
     pthread_mutex_unlock(&st->lock);
     return *need > p->pooled_count ? *need - p->pooled_count : 0;
 }
@@ -775,7 +819,7 @@ static size_t release(gp_pool_state *p, size_t keep, uint64_t idle_before, int *
     size_t cached = gp_cached_estimate(p);
     if (cached > keep) {
         int rc = GP_OK;
-        gp_vmm_unmap_free_pages(p, gp_div_up(cached - keep, p->page), NULL, idle_before, true, &rc, NULL, NULL);
+        gp_vmm_unmap_free_pages(p, gp_div_up(cached - keep, p->page), NULL, false, idle_before, true, &rc, NULL, NULL);
         if (rc != GP_OK && *failed == GP_OK)
             *failed = rc;
     }
@@ -792,7 +836,7 @@ static size_t release_tenant(gp_pool_state *p, gp_tenant *t, size_t want, int *f
     /* want / page rounded up without overflow: a pause asks for SIZE_MAX bytes (all of the cache), which
      * gp_div_up would wrap to 0 pages, and nothing would go back before the pause */
     size_t pages = want / p->page + (want % p->page != 0);
-    gp_vmm_unmap_free_pages(p, pages, NULL, UINT64_MAX, true, failed, t, NULL);
+    gp_vmm_unmap_free_pages(p, pages, NULL, false, UINT64_MAX, true, failed, t, NULL);
     size_t after = atomic_load(&p->reserved);
     return before > after ? before - after : 0;
 }

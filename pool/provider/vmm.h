@@ -14,18 +14,21 @@
 /*
  * Unmaps up to `want` whole pages of FREE blocks anywhere in the pool (oldest ranges first), except
  * inside the FREE block right before `spot` (NULL, or an UNMAPPED growth spot whose struct and need
- * must stay as they are: merging then never recycles it) and in blocks free since after `idle_before`;
+ * must stay as they are: merging then never recycles it), with `spot_back` (growth at the spot's back)
+ * the one right after it too, and in blocks free since after `idle_before`;
  * only in tenant `only` (NULL = any); for a `taker` (NULL = none), other tenants' pages only down to
  * their min; never in a paused range (nor one being resumed). The handles go to the page pool or, with
  * `release`, back to the device. Returns the pages done; *rc gets the first failure.
  */
-size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *spot, uint64_t idle_before,
-                               bool release, int *rc, const gp_tenant *only, const gp_tenant *taker);
+size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *spot, bool spot_back,
+                               uint64_t idle_before, bool release, int *rc, const gp_tenant *only,
+                               const gp_tenant *taker);
 
-/* Before st maps `pages` pages at the UNMAPPED `spot` for a request of `rsize`: moves free pages from
- * elsewhere (leaving the FREE block the growth extends, right before spot, alone) when new ones would
- * pass the cache cap (stitch.c). */
-void gp_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t pages, const gp_block *spot);
+/* Before st maps `pages` pages at the UNMAPPED `spot` (at its back with `spot_back`, else its front)
+ * for a request of `rsize`: moves free pages from elsewhere (leaving the FREE blocks around spot
+ * alone, as gp_vmm_unmap_free_pages) when new ones would pass the cache cap (stitch.c). */
+void gp_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t pages, const gp_block *spot,
+               bool spot_back);
 
 /* A page that a pause unmapped, with its physical handle kept until the pause commits (api/pause.c). */
 typedef struct gp_held_page {

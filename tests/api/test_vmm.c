@@ -131,6 +131,101 @@ Test(vmm, growth_in_place_keeps_one_range)
         cr_assert_eq(gp_free(pool, p[i], stream), GP_OK);
 }
 
+/*
+ * An UNMAPPED stretch between two FREE blocks, as a trim leaves it: a block of mid_size is allocated
+ * half a page into the range, between a 3.5 MiB and a 2.5 MiB block (contents 1 and 3), freed and
+ * trimmed, which unmaps its whole pages and leaves it FREE half a MiB before the stretch and a MiB and a
+ * half after (mid_size 10 MiB: pages 2-5 unmapped). Returns the range's start; without defrag, so
+ * that nothing but growth serves what follows.
+ */
+static uintptr_t stretch_between_free_blocks(size_t mid_size, void **first, void **last)
+{
+    open_pool("device_memory:1GiB,defrag:off");
+    *first = alloc_written(3 * MIB + 512 * 1024, 1);
+    void *mid = alloc_written(mid_size, 2);
+    *last = alloc_written(2 * MIB + 512 * 1024, 3);
+    uintptr_t base = (uintptr_t)*first;
+    cr_assert_eq((uintptr_t)mid, base + 3 * MIB + 512 * 1024);
+    cr_assert_eq((uintptr_t)*last, base + 3 * MIB + 512 * 1024 + mid_size, "one range, in order");
+    cr_assert_eq(gp_free(pool, mid, stream), GP_OK);
+    gp_sim_synchronize(sim);
+    size_t released = 0;
+    cr_assert_eq(gp_trim(pool, 0, &released), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(released, mid_size - 2 * MIB, "the freed block's whole pages");
+    return base;
+}
+
+static void close_stretch(void *first, void *last)
+{
+    check_pattern(first, 3 * MIB + 512 * 1024, 1);
+    check_pattern(last, 2 * MIB + 512 * 1024, 3);
+    cr_assert_eq(gp_free(pool, first, stream), GP_OK);
+    cr_assert_eq(gp_free(pool, last, stream), GP_OK);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+}
+
+/*
+ * Growth next to the larger FREE neighbour of an UNMAPPED stretch (vmm.c, growth_spot). A 3.5 MiB
+ * request maps one page next to the 1.5 MiB after the stretch (the block then starts a page before
+ * it, and ends at its end), where growth at the stretch's front, or at the range's end, needs two.
+ */
+Test(vmm, growth_extends_the_larger_free_neighbour_of_an_unmapped_stretch)
+{
+    void *first, *last;
+    uintptr_t base = stretch_between_free_blocks(10 * MIB, &first, &last);
+    gp_stats before = stats_now();
+    uint64_t maps0 = maps();
+    void *grown = alloc_written(3 * MIB + 512 * 1024, 4);
+    cr_assert_eq(maps() - maps0, 1, "one page, next to the 1.5 MiB after the stretch");
+    cr_assert_eq(stats_now().reserved_bytes, before.reserved_bytes + 2 * MIB);
+    cr_assert_eq((uintptr_t)grown, base + 10 * MIB, "the block ends where the FREE block after the stretch ended");
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    check_pattern(grown, 3 * MIB + 512 * 1024, 4);
+    gp_sim_synchronize(sim);
+    cr_assert_eq(gp_free(pool, grown, stream), GP_OK);
+    /* a request that the stretch's rest (6 MiB) fits only with both neighbours fills it whole */
+    maps0 = maps();
+    void *whole = alloc_written(10 * MIB, 5);
+    cr_assert_eq(maps() - maps0, 3);
+    cr_assert_eq((uintptr_t)whole, base + 3 * MIB + 512 * 1024, "the stretch filled, joining both sides");
+    check_pattern(whole, 10 * MIB, 5);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_free(pool, whole, stream), GP_OK);
+    close_stretch(first, last);
+}
+
+/* A create or map fault while growing at a stretch's back (two pages for 5.5 MiB next to the 1.5 MiB
+ * after a six-page stretch): the request fails and is served when asked again, the pool and the device
+ * agree on what is held, no content is touched, and the pool checks. A second create's or map's fault
+ * lands after one page is mapped, which leaves that page FREE between UNMAPPED ones. */
+Test(vmm, faults_while_growing_at_a_stretchs_back_lose_nothing)
+{
+    /* two creates and two maps; one access call for the run */
+    const unsigned kinds[] = {GP_SIM_CALL_PHYS_CREATE, GP_SIM_CALL_MAP, GP_SIM_CALL_SET_ACCESS};
+    const uint64_t calls[] = {2, 2, 1};
+    for (unsigned k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        for (uint64_t n = 1; n <= calls[k]; n++) {
+            void *first, *last;
+            (void)stretch_between_free_blocks(14 * MIB, &first, &last);
+            gp_sim_fail_call(sim, n, kinds[k], GP_ERR_DEVICE);
+            void *grown = alloc_through_fault(5 * MIB + 512 * 1024);
+            cr_assert_eq(gp_sim_faults_injected(sim), 1, "fault %u/%llu: the growth made that call", k,
+                         (unsigned long long)n);
+            gp_sim_report r;
+            gp_sim_get_report(sim, &r);
+            cr_assert_eq(stats_now().reserved_bytes, r.allocated_bytes,
+                         "fault %u/%llu: the pool and the device disagree", k, (unsigned long long)n);
+            cr_assert_eq(gp_sim_launch(sim, stream, grown, 5 * MIB + 512 * 1024, GP_SIM_WRITE, 4, 1000), GP_OK,
+                         "%s", gp_sim_first_violation(sim));
+            check_pattern(grown, 5 * MIB + 512 * 1024, 4);
+            gp_sim_synchronize(sim);
+            cr_assert_eq(gp_free(pool, grown, stream), GP_OK);
+            close_stretch(first, last);
+            teardown();
+        }
+    }
+}
+
 /* The pools of the stitching tests: no cache slack, so that any growth past the peak allocation
  * stitches (the default slack lets a pool grow 4% past it, and at least 80 MiB, before stitching). */
 #define STITCH_CONFIG "device_memory:1GiB,cache_slack:0,alias:off"
