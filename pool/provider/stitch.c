@@ -30,9 +30,10 @@
 #include "provider/vmm.h"
 
 /* Whether b is a FREE block a growth at `spot` extends or must leave in place (vmm.h): the one before
- * it, and with growth at its back the one after it too. Unmapping pages at the end of the one before
- * would merge the UNMAPPED spot into them (recycling its struct); at the front of the one after, they
- * join the spot and the block the growth extends is no longer next to where it maps. */
+ * it, and with growth at its back (a stretch filled whole among them) the one after it too. Unmapping
+ * pages at the end of the one before would merge the UNMAPPED spot into them (recycling its struct); at
+ * the front of the one after, they join the spot and the block the growth extends is no longer next to
+ * where it maps. */
 static bool around_spot(const gp_block *b, const gp_block *spot, bool spot_back)
 {
     return spot != NULL && (b->next == spot || (spot_back && b->prev == spot));

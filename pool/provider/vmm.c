@@ -130,7 +130,8 @@ static bool extendable(const gp_block *b)
 /*
  * The UNMAPPED block of st's ranges of kind `small` where mapping the fewest pages yields a FREE block
  * of rsize, and on which side of it (*back) they go: at its front, extending the FREE block before it,
- * or, with `both_sides`, at its back, extending the FREE block after it. st locked.
+ * or, with `both_sides`, at its back, extending the FREE block after it (and, for a stretch filled
+ * whole, the one before it too). st locked.
  *
  * Why both sides. An UNMAPPED stretch inside a range is where whole free pages were cut out of a FREE
  * block (stitching, giving memory back: provider/stitch.c), and the cut leaves that block's partly
@@ -171,10 +172,13 @@ static gp_block *growth_spot(gp_pool_state *p, gp_stream_state *st, size_t rsize
                 *pages = need;
                 *back = true;
             }
-            if (gap < *pages && before + b->size + after >= rsize) { /* filled whole: joins both */
+            if (gap < *pages && before + b->size + after >= rsize) {
+                /* Filled whole, it joins both neighbours: mapped at the back, which for the whole
+                 * stretch is its front too, so that stitching leaves the block after it alone as well
+                 * (gp_stitch's spot_back); moved, its pages would leave the grown block short. */
                 spot = b;
                 *pages = gap;
-                *back = false;
+                *back = true;
             }
         }
     }
