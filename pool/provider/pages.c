@@ -232,8 +232,11 @@ int gp_pages_unmap_list(gp_pool_state *p, gp_stream_state *user, uint64_t seq, c
  * FREE memory of st's heap, coalesced with a FREE block before them. Returns the pages mapped; stops at
  * the first failure, with *rc set.
  */
-size_t gp_pages_map_front(gp_pool_state *p, gp_stream_state *st, gp_segment *seg, gp_block *u, size_t n, int *rc)
+size_t gp_pages_map_front(gp_pool_state *p, gp_stream_state *st, gp_segment *seg, gp_block *u, size_t n, int *rc,
+                          gp_block **grown)
 {
+    if (grown != NULL)
+        *grown = NULL;
     assert(u->state == GP_BLOCK_UNMAPPED && n * p->page <= u->size);
     gp_block *rest = n * p->page < u->size ? gp_block_new(&st->blocks) : NULL;
     if (n * p->page < u->size && rest == NULL) {
@@ -278,21 +281,26 @@ size_t gp_pages_map_front(gp_pool_state *p, gp_stream_state *st, gp_segment *seg
     u->free_seq = 0; /* pages no stream has used since they were mapped here */
     gp_block *merged = gp_heap_release(gp_heap_of(st, seg->small), &st->blocks, u);
     merged->free_since = atomic_load(&p->coarse_now);
+    if (grown != NULL)
+        *grown = merged;
     return done;
 }
 
-size_t gp_pages_map_back(gp_pool_state *p, gp_stream_state *st, gp_segment *seg, gp_block *u, size_t n, int *rc)
+size_t gp_pages_map_back(gp_pool_state *p, gp_stream_state *st, gp_segment *seg, gp_block *u, size_t n, int *rc,
+                         gp_block **grown)
 {
     assert(u->state == GP_BLOCK_UNMAPPED && n * p->page <= u->size);
+    if (grown != NULL)
+        *grown = NULL;
     if (n * p->page == u->size)
-        return gp_pages_map_front(p, st, seg, u, n, rc);
+        return gp_pages_map_front(p, st, seg, u, n, rc, grown);
     gp_block *spare = gp_block_new(&st->blocks);
     if (spare == NULL) {
         *rc = gp_error_set(GP_ERR_OOM, "out of host memory for block metadata");
         return 0;
     }
     gp_block *back = gp_pages_split(u, u->size - n * p->page, spare);
-    size_t done = gp_pages_map_front(p, st, seg, back, n, rc);
+    size_t done = gp_pages_map_front(p, st, seg, back, n, rc, grown);
     if (done == 0)
         (void)gp_pages_merge(&st->blocks, back); /* nothing mapped: u is one UNMAPPED block again */
     return done;

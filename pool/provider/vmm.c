@@ -202,13 +202,14 @@ static gp_block *growth_plan(gp_pool_state *p, gp_stream_state *st, size_t rsize
     return spot;
 }
 
-/* Maps n pages at the spot growth_spot chose, on its side; `from` gets the first page's address. */
+/* Maps n pages at the spot growth_spot chose, on its side; `from` gets the first page's address, and
+ * *grown (unless NULL) the FREE block they are part of then (gp_pages_map_front). */
 static size_t map_spot(gp_pool_state *p, gp_stream_state *st, gp_block *spot, bool back, size_t n, uintptr_t *from,
-                       int *rc)
+                       int *rc, gp_block **grown)
 {
     *from = back ? spot->addr + spot->size - n * p->page : spot->addr;
-    return back ? gp_pages_map_back(p, st, spot->segment, spot, n, rc)
-                : gp_pages_map_front(p, st, spot->segment, spot, n, rc);
+    return back ? gp_pages_map_back(p, st, spot->segment, spot, n, rc, grown)
+                : gp_pages_map_front(p, st, spot->segment, spot, n, rc, grown);
 }
 
 /*
@@ -260,9 +261,12 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small,
     gp_block *spot = NULL;
     bool back = false;
     int rc = GP_OK;
+    gp_heap *heap = gp_heap_of(st, small);
+    uint64_t takes = 0; /* heap->takes when the spot was planned (the invariant after the mapping) */
     for (;;) {
         pthread_mutex_lock(&st->lock);
         spot = growth_plan(p, st, rsize, small, exact, &pages, &back);
+        takes = heap->takes;
         pthread_mutex_unlock(&st->lock);
         if (pages <= admitted)
             break;
@@ -280,6 +284,7 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small,
         /* The charge may have given this pool's free pages back (to make room): find the spot again. */
         pthread_mutex_lock(&st->lock);
         spot = growth_plan(p, st, rsize, small, exact, &pages, &back);
+        takes = heap->takes;
         pthread_mutex_unlock(&st->lock);
         if (pages * p->page > charged) {
             rc = gp_pool_ledger_charge(p, st->tenant, 0, pages * p->page - charged, false);
@@ -306,7 +311,14 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small,
     assert(spot->state == GP_BLOCK_UNMAPPED); /* only pool-lock holders change UNMAPPED blocks */
     gp_segment *grown = spot->segment;
     uintptr_t from = 0;
-    size_t done = map_spot(p, st, spot, back, pages, &from, &rc);
+    gp_block *made = NULL;
+    size_t done = map_spot(p, st, spot, back, pages, &from, &rc, &made);
+    /* Where no block was taken off st's heap since the plan (a fast path on another thread may take the
+     * FREE neighbour the plan counted: alloc_vmm then grows again), the neighbours are as the plan saw
+     * them or larger (frees only merge; stitching leaves them alone), so the growth yields a FREE block
+     * of rsize. A plan that counted a neighbour stitching then moved (the stretch filled whole, before
+     * 3ae135b) fails here. */
+    assert(exact != 0 || done < pages || heap->takes != takes || (made != NULL && made->size >= rsize));
     pthread_mutex_unlock(&st->lock);
     gp_pool_ledger_credit(p, st->tenant, 0, charged - done * p->page); /* what was not mapped */
     if (done == pages)
@@ -333,7 +345,7 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small,
             assert(spot->state == GP_BLOCK_UNMAPPED);
             gp_segment *seg2 = spot->segment;
             uintptr_t from2 = 0;
-            size_t again = map_spot(p, st, spot, back, more, &from2, &rc);
+            size_t again = map_spot(p, st, spot, back, more, &from2, &rc, NULL);
             pthread_mutex_unlock(&st->lock);
             gp_pool_ledger_credit(p, st->tenant, 0, (more - again) * p->page);
             if (again == more)
