@@ -152,7 +152,6 @@ gp_block *gp_heap_take_block(gp_heap *heap, gp_block_cache *cache, gp_block *b, 
     } else {
         gp_heap_remove(heap, b);
     }
-    heap->takes++;
     return b;
 }
 

@@ -55,9 +55,6 @@ typedef struct gp_heap {
      * heaps of a stream share one, so that one fence covers both); NULL: own_clock. */
     uint64_t *clock;
     uint64_t own_clock;
-    /* Blocks taken off the lists by gp_heap_take_block: a generation, which tells a caller that saw it
-     * before whether any FREE block was split or handed out since (provider/vmm.c, grow). */
-    uint64_t takes;
 } gp_heap;
 
 /* A cache of block structs, so that splitting needs no malloc in steady state. */

@@ -235,9 +235,9 @@ int gp_pages_unmap_list(gp_pool_state *p, gp_stream_state *user, uint64_t seq, c
 size_t gp_pages_map_front(gp_pool_state *p, gp_stream_state *st, gp_segment *seg, gp_block *u, size_t n, int *rc,
                           gp_block **grown)
 {
+    assert(u->state == GP_BLOCK_UNMAPPED && n * p->page <= u->size);
     if (grown != NULL)
         *grown = NULL;
-    assert(u->state == GP_BLOCK_UNMAPPED && n * p->page <= u->size);
     gp_block *rest = n * p->page < u->size ? gp_block_new(&st->blocks) : NULL;
     if (n * p->page < u->size && rest == NULL) {
         *rc = gp_error_set(GP_ERR_OOM, "out of host memory for block metadata");

@@ -261,12 +261,11 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small,
     gp_block *spot = NULL;
     bool back = false;
     int rc = GP_OK;
-    gp_heap *heap = gp_heap_of(st, small);
-    uint64_t takes = 0; /* heap->takes when the spot was planned (the invariant after the mapping) */
+    uint64_t allocs = 0; /* st->num_allocs when the spot was planned (the invariant after the mapping) */
     for (;;) {
         pthread_mutex_lock(&st->lock);
         spot = growth_plan(p, st, rsize, small, exact, &pages, &back);
-        takes = heap->takes;
+        allocs = st->num_allocs;
         pthread_mutex_unlock(&st->lock);
         if (pages <= admitted)
             break;
@@ -284,7 +283,7 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small,
         /* The charge may have given this pool's free pages back (to make room): find the spot again. */
         pthread_mutex_lock(&st->lock);
         spot = growth_plan(p, st, rsize, small, exact, &pages, &back);
-        takes = heap->takes;
+        allocs = st->num_allocs;
         pthread_mutex_unlock(&st->lock);
         if (pages * p->page > charged) {
             rc = gp_pool_ledger_charge(p, st->tenant, 0, pages * p->page - charged, false);
@@ -313,12 +312,13 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small,
     uintptr_t from = 0;
     gp_block *made = NULL;
     size_t done = map_spot(p, st, spot, back, pages, &from, &rc, &made);
-    /* Where no block was taken off st's heap since the plan (a fast path on another thread may take the
-     * FREE neighbour the plan counted: alloc_vmm then grows again), the neighbours are as the plan saw
-     * them or larger (frees only merge; stitching leaves them alone), so the growth yields a FREE block
-     * of rsize. A plan that counted a neighbour stitching then moved (the stretch filled whole, before
-     * 3ae135b) fails here. */
-    bool short_growth = exact == 0 && done == pages && heap->takes == takes && (made == NULL || made->size < rsize);
+    /* Where nothing was allocated on st since the plan (a fast path on another thread may take the FREE
+     * neighbour the plan counted: alloc_vmm then grows again), the neighbours are as the plan saw them
+     * or larger (frees only merge; stitching leaves them alone), so the growth yields a FREE block of
+     * rsize. Outside the pool lock (held here) a FREE block of st leaves its heap only to be handed out
+     * in the same hold of st's lock, which counts it in num_allocs. A plan that counted a neighbour
+     * stitching then moved (the stretch filled whole, before 3ae135b) fails here. */
+    bool short_growth = exact == 0 && done == pages && st->num_allocs == allocs && (made == NULL || made->size < rsize);
     assert(!short_growth);
     (void)short_growth; /* builds without asserts (the benchmarks') */
     pthread_mutex_unlock(&st->lock);
