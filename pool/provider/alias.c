@@ -16,17 +16,6 @@
 
 /* ---- finding pages ---------------------------------------------------------------------------- */
 
-/* The block of seg that holds va (its owner locked). Sizes only are read on the way: a block lent to
- * a thread cache has its state written without the stream's lock, never its size. */
-static gp_block *block_at(const gp_segment *seg, uintptr_t va)
-{
-    gp_block *b = seg->first;
-    assert(b != NULL); /* a segment's blocks tile it (ds/block.h) */
-    while (b->next != NULL && b->addr + b->size <= va) /* va lies in seg: the last block holds it at most */
-        b = b->next;
-    return b;
-}
-
 static uintptr_t home_va(const gp_pool_state *p, gp_alias_home h)
 {
     return h.seg->addr + h.index * p->page;
@@ -35,7 +24,7 @@ static uintptr_t home_va(const gp_pool_state *p, gp_alias_home h)
 /* True when the page at va lies wholly inside a FREE block of seg (the size first: see block_at). */
 static bool page_is_free(const gp_pool_state *p, const gp_segment *seg, uintptr_t va)
 {
-    const gp_block *b = block_at(seg, va);
+    const gp_block *b = gp_pages_block_at(seg, va);
     return b->size >= p->page && b->state == GP_BLOCK_FREE && b->addr <= va && va + p->page <= b->addr + b->size;
 }
 
@@ -68,7 +57,7 @@ static gp_stream_state *holder_of(gp_alias_home h)
  * of its own, using up to two structs from spare[] (*nspare counts down). */
 static void shadow_home(gp_pool_state *p, gp_segment *seg, uintptr_t va, gp_block **spare, size_t *nspare)
 {
-    gp_block *b = block_at(seg, va);
+    gp_block *b = gp_pages_block_at(seg, va);
     assert(b->state == GP_BLOCK_FREE && b->addr <= va && va + p->page <= b->addr + b->size);
     gp_heap *heap = gp_heap_of(seg->owner, false);
     gp_heap_remove(heap, b);
@@ -79,7 +68,7 @@ static void shadow_home(gp_pool_state *p, gp_segment *seg, uintptr_t va, gp_bloc
 static void unshadow_home(gp_pool_state *p, gp_segment *seg, uintptr_t va, uint64_t now)
 {
     gp_stream_state *owner = seg->owner;
-    gp_block *b = block_at(seg, va);
+    gp_block *b = gp_pages_block_at(seg, va);
     assert(b->state == GP_BLOCK_SHADOW && b->addr == va && b->size == p->page);
     (void)p;
     b->free_seq = gp_heap_free_stamp(gp_heap_of(owner, false)); /* used at its alias until now */
@@ -170,7 +159,7 @@ static bool lend_homes(gp_pool_state *p, gp_stream_state *st, gp_segment *r, siz
             ok = from != NULL ? !loan_of(hk)->active : !hk.seg->paused && page_is_free(p, hk.seg, home_va(p, hk));
             uint64_t seq = !ok              ? 0
                            : from != NULL ? loan_of(hk)->parked_seq
-                                          : block_at(hk.seg, home_va(p, hk))->free_seq;
+                                          : gp_pages_block_at(hk.seg, home_va(p, hk))->free_seq;
             need = seq > need ? seq : need;
             mine++;
         }
@@ -224,7 +213,7 @@ static gp_block *activate(gp_pool_state *p, gp_stream_state *st, gp_segment *r, 
     }
     pthread_mutex_lock(&st->lock);
     /* The block may have merged with neighbours freed meanwhile (gp_alias_release): found again. */
-    gp_block *s = block_at(r, va), *out = NULL;
+    gp_block *s = gp_pages_block_at(r, va), *out = NULL;
     size_t own = 0, parked = 0, in_use = 0;
     bool ok = s->state == GP_BLOCK_SHADOW && va + n * p->page <= s->addr + s->size;
     for (size_t j = first; ok && j < first + n; j++) {
@@ -415,7 +404,7 @@ static int drop_slot_runs(gp_pool_state *p, gp_segment *r, const size_t *first, 
          * free stamp would wait for its kernel in flight, a whole step of a busy model). */
         uint64_t seq = 0;
         for (size_t k = 0; k < runs; k++) {
-            const gp_block *b = block_at(r, r->addr + first[k] * p->page);
+            const gp_block *b = gp_pages_block_at(r, r->addr + first[k] * p->page);
             seq = b->free_seq > seq ? b->free_seq : seq;
         }
         rc = gp_pages_unmap_list(p, owner, seq, vas, total, &done);
@@ -424,7 +413,7 @@ static int drop_slot_runs(gp_pool_state *p, gp_segment *r, const size_t *first, 
     for (size_t k = 0; k < runs && done > 0; k++) {
         size_t n = len[k] < done ? len[k] : done;
         uintptr_t va = r->addr + first[k] * p->page;
-        gp_block *b = block_at(r, va);
+        gp_block *b = gp_pages_block_at(r, va);
         assert(b->state == GP_BLOCK_SHADOW && va + len[k] * p->page <= b->addr + b->size);
         gp_block *mid = gp_pages_carve(NULL, b, va, n * p->page, spare, &left);
         mid->state = GP_BLOCK_UNMAPPED;
@@ -685,7 +674,7 @@ static int fill_slots(gp_pool_state *p, gp_segment *r, size_t j, size_t m, const
 {
     gp_stream_state *st = r->owner;
     uintptr_t va = r->addr + j * p->page;
-    gp_block *u = block_at(r, va);
+    gp_block *u = gp_pages_block_at(r, va);
     assert(m > 0 && u->state == GP_BLOCK_UNMAPPED && va + m * p->page <= u->addr + u->size);
     gp_phys *handles = malloc(m * sizeof *handles);
     if (handles == NULL)
@@ -1089,7 +1078,7 @@ static int own_page(gp_pool_state *p, gp_segment *r, size_t j, gp_stream_state *
     gp_alias_home *h = &r->homes[j];
     gp_stream_state *owner = h->seg->owner;
     uintptr_t va = home_va(p, *h);
-    gp_block *b = block_at(h->seg, va);
+    gp_block *b = gp_pages_block_at(h->seg, va);
     assert(b->state == GP_BLOCK_SHADOW && b->addr == va && b->size == p->page);
     size_t done = 0;
     /* Nothing has used the home address since the page went SHADOW there; its last uses at home were
@@ -1161,7 +1150,7 @@ const char *gp_alias_check(const gp_pool_state *p, const gp_segment *seg)
                 continue;
             const gp_stream_state *holder = seg->loans[i].holder;
             if (seg->alias_count[i] == 0 || holder == seg->owner || holder->tenant != seg->owner->tenant ||
-                block_at(seg, seg->addr + i * p->page)->state != GP_BLOCK_SHADOW)
+                gp_pages_block_at(seg, seg->addr + i * p->page)->state != GP_BLOCK_SHADOW)
                 return "a lent page is not a SHADOW page with an alias, held by another stream of its tenant";
             held++;
         }
@@ -1172,7 +1161,7 @@ const char *gp_alias_check(const gp_pool_state *p, const gp_segment *seg)
     size_t own = 0, aliased = 0;
     for (size_t j = 0; j < pages; j++) {
         uintptr_t va = seg->addr + j * p->page;
-        const gp_block *b = block_at(seg, va);
+        const gp_block *b = gp_pages_block_at(seg, va);
         gp_alias_home h = seg->homes[j];
         if (h.seg == NULL) {
             if (b->state == GP_BLOCK_SHADOW)
@@ -1187,7 +1176,7 @@ const char *gp_alias_check(const gp_pool_state *p, const gp_segment *seg)
         if (h.seg->stitched || h.seg->owner->tenant != seg->owner->tenant || h.seg->alias_count == NULL ||
             h.seg->alias_count[h.index] == 0 || h.seg->pages[h.index] != seg->pages[j])
             return "a stitched page's home is not a page of its tenant's ranges that counts it";
-        const gp_block *hb = block_at(h.seg, home_va(p, h));
+        const gp_block *hb = gp_pages_block_at(h.seg, home_va(p, h));
         if (b->state != GP_BLOCK_SHADOW && foreign_home(seg, h) &&
             (holder_of(h) != seg->owner || !loan_of(h)->active))
             return "a page in use at another stream's alias is not held by it, active";
@@ -1275,7 +1264,7 @@ static bool lend_slot(gp_pool_state *p, gp_stream_state *st, gp_segment *r, uint
     if (ok) {
         gp_alias_home h = r->homes[gp_page_index(p, r, va)];
         shadow_home(p, h.seg, home_va(p, h), spare, &have);
-        gp_block *slot = gp_pages_carve(NULL, block_at(r, va), va, p->page, spare, &have);
+        gp_block *slot = gp_pages_carve(NULL, gp_pages_block_at(r, va), va, p->page, spare, &have);
         slot->free_seq = gp_heap_free_stamp(gp_heap_of(st, true));
         gp_heap_release(gp_heap_of(st, true), &st->blocks, slot)->free_since =
             atomic_load_explicit(&p->coarse_now, memory_order_relaxed);
@@ -1458,7 +1447,7 @@ bool gp_alias_settle(gp_pool_state *p, gp_stream_state *owner, gp_block *m)
         va += n * p->page;
         if (va >= end)
             break;
-        m = block_at(r, va);
+        m = gp_pages_block_at(r, va);
         if (m->state != GP_BLOCK_FREE)
             break;
     }
@@ -1495,7 +1484,7 @@ void gp_alias_small_keep(gp_pool_state *p, gp_stream_state *st)
             continue;
         for (size_t j = 0; j < r->size / p->page && r->aliased > 0; j++) {
             gp_alias_home h = r->homes[j];
-            if (h.seg == NULL || block_at(r, r->addr + j * p->page)->state == GP_BLOCK_SHADOW)
+            if (h.seg == NULL || gp_pages_block_at(r, r->addr + j * p->page)->state == GP_BLOCK_SHADOW)
                 continue;
             /* the home's other alias slots are idle (it is in use here): unmapped first, so that the
              * page keeps one address once its home is unmapped */
@@ -1552,7 +1541,7 @@ bool gp_alias_small_recall(gp_pool_state *p, gp_segment *seg)
                 gp_alias_home h = r->homes[j];
                 if (h.seg != seg)
                     continue;
-                bool idle = block_at(r, r->addr + j * p->page)->state == GP_BLOCK_SHADOW;
+                bool idle = gp_pages_block_at(r, r->addr + j * p->page)->state == GP_BLOCK_SHADOW;
                 if (idle && !in_use && drop_slots(p, r, j, 1) != GP_OK)
                     return false;
                 /* r's owner is seg's, whose lock the caller holds: own_page waits for its fence */

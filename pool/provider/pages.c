@@ -94,6 +94,15 @@ int gp_page_release(gp_pool_state *p, gp_phys handle)
 
 /* ---- block surgery (owner locked) ------------------------------------------------------------- */
 
+gp_block *gp_pages_block_at(const gp_segment *seg, uintptr_t va)
+{
+    gp_block *b = seg->first;
+    assert(b != NULL); /* a segment's blocks tile it (ds/block.h) */
+    while (b->next != NULL && b->addr + b->size <= va) /* va lies in seg: the last block holds it at most */
+        b = b->next;
+    return b;
+}
+
 gp_block *gp_pages_split(gp_block *b, size_t offset, gp_block *right)
 {
     assert(offset > 0 && offset < b->size);
@@ -232,12 +241,9 @@ int gp_pages_unmap_list(gp_pool_state *p, gp_stream_state *user, uint64_t seq, c
  * FREE memory of st's heap, coalesced with a FREE block before them. Returns the pages mapped; stops at
  * the first failure, with *rc set.
  */
-size_t gp_pages_map_front(gp_pool_state *p, gp_stream_state *st, gp_segment *seg, gp_block *u, size_t n, int *rc,
-                          gp_block **grown)
+size_t gp_pages_map_front(gp_pool_state *p, gp_stream_state *st, gp_segment *seg, gp_block *u, size_t n, int *rc)
 {
     assert(u->state == GP_BLOCK_UNMAPPED && n * p->page <= u->size);
-    if (grown != NULL)
-        *grown = NULL;
     gp_block *rest = n * p->page < u->size ? gp_block_new(&st->blocks) : NULL;
     if (n * p->page < u->size && rest == NULL) {
         *rc = gp_error_set(GP_ERR_OOM, "out of host memory for block metadata");
@@ -281,26 +287,21 @@ size_t gp_pages_map_front(gp_pool_state *p, gp_stream_state *st, gp_segment *seg
     u->free_seq = 0; /* pages no stream has used since they were mapped here */
     gp_block *merged = gp_heap_release(gp_heap_of(st, seg->small), &st->blocks, u);
     merged->free_since = atomic_load(&p->coarse_now);
-    if (grown != NULL)
-        *grown = merged;
     return done;
 }
 
-size_t gp_pages_map_back(gp_pool_state *p, gp_stream_state *st, gp_segment *seg, gp_block *u, size_t n, int *rc,
-                         gp_block **grown)
+size_t gp_pages_map_back(gp_pool_state *p, gp_stream_state *st, gp_segment *seg, gp_block *u, size_t n, int *rc)
 {
     assert(u->state == GP_BLOCK_UNMAPPED && n * p->page <= u->size);
-    if (grown != NULL)
-        *grown = NULL;
     if (n * p->page == u->size)
-        return gp_pages_map_front(p, st, seg, u, n, rc, grown);
+        return gp_pages_map_front(p, st, seg, u, n, rc);
     gp_block *spare = gp_block_new(&st->blocks);
     if (spare == NULL) {
         *rc = gp_error_set(GP_ERR_OOM, "out of host memory for block metadata");
         return 0;
     }
     gp_block *back = gp_pages_split(u, u->size - n * p->page, spare);
-    size_t done = gp_pages_map_front(p, st, seg, back, n, rc, grown);
+    size_t done = gp_pages_map_front(p, st, seg, back, n, rc);
     if (done == 0)
         (void)gp_pages_merge(&st->blocks, back); /* nothing mapped: u is one UNMAPPED block again */
     return done;

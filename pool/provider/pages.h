@@ -52,6 +52,9 @@ int gp_pages_unmap_quiesced(gp_pool_state *p, uintptr_t va, size_t n, size_t *do
 int gp_pages_unmap_list(gp_pool_state *p, gp_stream_state *user, uint64_t seq, const uintptr_t *vas, size_t n,
                         size_t *done);
 
+/* The block of seg that holds va (its owner locked). Sizes only are read on the way: a block lent to
+ * a thread cache has its state written without the stream's lock, never its size. */
+gp_block *gp_pages_block_at(const gp_segment *seg, uintptr_t va);
 /* Splits b at `offset` into b and a new block `right` (given, so that this cannot fail) of the same
  * state, linked after it; returns right. Neither is put on a list. */
 gp_block *gp_pages_split(gp_block *b, size_t offset, gp_block *right);
@@ -66,20 +69,17 @@ gp_block *gp_pages_carve(gp_heap *heap, gp_block *b, uintptr_t from, size_t byte
 
 /*
  * Maps up to n pages at the front of the UNMAPPED block u of seg (owner st locked) and turns them into
- * FREE memory of st's heap, coalesced with a FREE block before them; *grown (unless NULL) gets the FREE
- * block they are part of then, NULL when none was mapped. Returns the pages mapped; stops at the first
- * failure, with *rc set.
+ * FREE memory of st's heap, coalesced with a FREE block before them. Returns the pages mapped; stops at
+ * the first failure, with *rc set.
  */
-size_t gp_pages_map_front(gp_pool_state *p, gp_stream_state *st, gp_segment *seg, gp_block *u, size_t n, int *rc,
-                          gp_block **grown);
+size_t gp_pages_map_front(gp_pool_state *p, gp_stream_state *st, gp_segment *seg, gp_block *u, size_t n, int *rc);
 
 /*
  * As gp_pages_map_front, at the back of u: the n pages right before the block after u, coalesced with
  * it where it is FREE (all of u: gp_pages_map_front). Where the mapping stops short, the pages mapped
  * are a FREE block between UNMAPPED ones, and where none is, u is as it was.
  */
-size_t gp_pages_map_back(gp_pool_state *p, gp_stream_state *st, gp_segment *seg, gp_block *u, size_t n, int *rc,
-                         gp_block **grown);
+size_t gp_pages_map_back(gp_pool_state *p, gp_stream_state *st, gp_segment *seg, gp_block *u, size_t n, int *rc);
 
 /*
  * Unmaps the n whole pages starting at `first` inside the FREE block b of seg (owner locked): the

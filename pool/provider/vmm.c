@@ -202,14 +202,13 @@ static gp_block *growth_plan(gp_pool_state *p, gp_stream_state *st, size_t rsize
     return spot;
 }
 
-/* Maps n pages at the spot growth_spot chose, on its side; `from` gets the first page's address, and
- * *grown (unless NULL) the FREE block they are part of then (gp_pages_map_front). */
+/* Maps n pages at the spot growth_spot chose, on its side; `from` gets the first page's address. */
 static size_t map_spot(gp_pool_state *p, gp_stream_state *st, gp_block *spot, bool back, size_t n, uintptr_t *from,
-                       int *rc, gp_block **grown)
+                       int *rc)
 {
     *from = back ? spot->addr + spot->size - n * p->page : spot->addr;
-    return back ? gp_pages_map_back(p, st, spot->segment, spot, n, rc, grown)
-                : gp_pages_map_front(p, st, spot->segment, spot, n, rc, grown);
+    return back ? gp_pages_map_back(p, st, spot->segment, spot, n, rc)
+                : gp_pages_map_front(p, st, spot->segment, spot, n, rc);
 }
 
 /*
@@ -310,17 +309,17 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small,
     assert(spot->state == GP_BLOCK_UNMAPPED); /* only pool-lock holders change UNMAPPED blocks */
     gp_segment *grown = spot->segment;
     uintptr_t from = 0;
-    gp_block *made = NULL;
-    size_t done = map_spot(p, st, spot, back, pages, &from, &rc, &made);
+    size_t done = map_spot(p, st, spot, back, pages, &from, &rc);
     /* Where nothing was allocated on st since the plan (a fast path on another thread may take the FREE
      * neighbour the plan counted: alloc_vmm then grows again), the neighbours are as the plan saw them
-     * or larger (frees only merge; stitching leaves them alone), so the growth yields a FREE block of
-     * rsize. Outside the pool lock (held here) a FREE block of st leaves its heap only to be handed out
-     * in the same hold of st's lock, which counts it in num_allocs. A plan that counted a neighbour
-     * stitching then moved (the stretch filled whole, before 3ae135b) fails here. */
-    bool short_growth = exact == 0 && done == pages && st->num_allocs == allocs && (made == NULL || made->size < rsize);
-    assert(!short_growth);
-    (void)short_growth; /* builds without asserts (the benchmarks') */
+     * or larger (frees only merge; stitching leaves them alone), so the FREE block the mapped pages
+     * joined (the one holding `from`) holds rsize. Outside the pool lock (held here) a FREE block of st
+     * leaves its heap only to be handed out in the same hold of st's lock, which counts it in
+     * num_allocs. A plan that counted a neighbour stitching then moved (the stretch filled whole,
+     * before 3ae135b) fails here. */
+    assert(exact != 0 || pages == 0 || done != pages || st->num_allocs != allocs ||
+           gp_pages_block_at(grown, from)->size >= rsize);
+    (void)allocs; /* builds without asserts (the benchmarks') */
     pthread_mutex_unlock(&st->lock);
     gp_pool_ledger_credit(p, st->tenant, 0, charged - done * p->page); /* what was not mapped */
     if (done == pages)
@@ -347,7 +346,7 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small,
             assert(spot->state == GP_BLOCK_UNMAPPED);
             gp_segment *seg2 = spot->segment;
             uintptr_t from2 = 0;
-            size_t again = map_spot(p, st, spot, back, more, &from2, &rc, NULL);
+            size_t again = map_spot(p, st, spot, back, more, &from2, &rc);
             pthread_mutex_unlock(&st->lock);
             gp_pool_ledger_credit(p, st->tenant, 0, (more - again) * p->page);
             if (again == more)
