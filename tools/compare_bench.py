@@ -68,6 +68,11 @@ def load(path, column):
     return rows, over
 
 
+def past_target(row, column):
+    bound = target(column, row.get('streams', 1))
+    return bound is not None and row[column] > bound
+
+
 def calls(row, column):
     return sum(int(row.get(k) or 0) for k in CALLS.get(column, ()))
 
@@ -80,10 +85,8 @@ def summary(name, pairs, column, threshold):
     """One line: the folder's count, geomean, worst, workloads past the target, last-pass calls, moves."""
     before = [b[column] for b, _ in pairs]
     after = [a[column] for _, a in pairs]
-    over_b = sum(1 for b, _ in pairs if target(column, b.get('streams', 1)) is not None
-                 and b[column] > target(column, b.get('streams', 1)))
-    over_a = sum(1 for _, a in pairs if target(column, a.get('streams', 1)) is not None
-                 and a[column] > target(column, a.get('streams', 1)))
+    over_b = sum(1 for b, _ in pairs if past_target(b, column))
+    over_a = sum(1 for _, a in pairs if past_target(a, column))
     calling_b = sum(1 for b, _ in pairs if calls(b, column) > 0)
     calling_a = sum(1 for _, a in pairs if calls(a, column) > 0)
     better = sum(1 for b, a in pairs if a[column] < b[column] - threshold)

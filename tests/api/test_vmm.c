@@ -135,13 +135,12 @@ Test(vmm, growth_in_place_keeps_one_range)
  * An UNMAPPED stretch between two FREE blocks, as a trim leaves it: a block of mid_size is allocated
  * half a page into the range, between a 3.5 MiB and a 2.5 MiB block (contents 1 and 3), freed and
  * trimmed, which unmaps its whole pages and leaves it FREE half a MiB before the stretch and a MiB and a
- * half after (mid_size 10 MiB: pages 2-5 unmapped). Returns the range's start. GROWTH_CONFIG: without
- * defrag, so that nothing but growth serves what follows.
+ * half after (mid_size 10 MiB: pages 2-5 unmapped). Returns the range's start; without defrag, so
+ * that nothing but growth serves what follows.
  */
-#define GROWTH_CONFIG "device_memory:1GiB,defrag:off"
-static uintptr_t stretch_between_free_blocks(const char *config, size_t mid_size, void **first, void **last)
+static uintptr_t stretch_between_free_blocks(size_t mid_size, void **first, void **last)
 {
-    open_pool(config);
+    open_pool("device_memory:1GiB,defrag:off");
     *first = alloc_written(3 * MIB + 512 * 1024, 1);
     void *mid = alloc_written(mid_size, 2);
     *last = alloc_written(2 * MIB + 512 * 1024, 3);
@@ -173,7 +172,7 @@ static void close_stretch(void *first, void *last)
 Test(vmm, growth_extends_the_larger_free_neighbour_of_an_unmapped_stretch)
 {
     void *first, *last;
-    uintptr_t base = stretch_between_free_blocks(GROWTH_CONFIG, 10 * MIB, &first, &last);
+    uintptr_t base = stretch_between_free_blocks(10 * MIB, &first, &last);
     gp_stats before = stats_now();
     uint64_t maps0 = maps();
     void *grown = alloc_written(3 * MIB + 512 * 1024, 4);
@@ -251,7 +250,7 @@ Test(vmm, faults_while_growing_at_a_stretchs_back_lose_nothing)
     for (unsigned k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
         for (uint64_t n = 1; n <= calls[k]; n++) {
             void *first, *last;
-            (void)stretch_between_free_blocks(GROWTH_CONFIG, 14 * MIB, &first, &last);
+            (void)stretch_between_free_blocks(14 * MIB, &first, &last);
             gp_sim_fail_call(sim, n, kinds[k], GP_ERR_DEVICE);
             void *grown = alloc_through_fault(5 * MIB + 512 * 1024);
             cr_assert_eq(gp_sim_faults_injected(sim), 1, "fault %u/%llu: the growth made that call", k,
