@@ -20,7 +20,7 @@
  * tenant's cache back and reopens the gate when it fits again. */
 static int gated(gp_pool_state *p, gp_tenant *t, size_t size)
 {
-    pthread_mutex_lock(&p->lock);
+    gp_pool_lock(p);
     int rc = GP_OK;
     if (t->paused) {
         rc = gp_error_set(GP_ERR_PAUSED, "gp_alloc: tenant '%s' is paused: resume it before allocating (request %zu bytes)",
@@ -36,7 +36,7 @@ static int gated(gp_pool_state *p, gp_tenant *t, size_t size)
                               t->name, max);
         }
     }
-    pthread_mutex_unlock(&p->lock);
+    gp_pool_unlock(p);
     return rc;
 }
 
@@ -60,7 +60,7 @@ static bool owns_memory(gp_pool_state *p, const gp_stream_state *st)
 static int alloc_slow(gp_pool_state *p, gp_stream_state *st, size_t size, size_t rsize, bool small, size_t own_fit,
                       void **out)
 {
-    pthread_mutex_lock(&p->lock);
+    gp_pool_lock(p);
     int rc = GP_OK;
     if (!st->claimed && p->streams.claimed >= p->streams.max_streams)
         rc = gp_stream_claim(&p->streams, st); /* fails, saying max_streams */
@@ -78,7 +78,7 @@ static int alloc_slow(gp_pool_state *p, gp_stream_state *st, size_t size, size_t
         if (!st->claimed && (rc == GP_OK || owns_memory(p, st)))
             gp_stream_claim(&p->streams, st); /* cannot fail: room was checked under this lock */
     }
-    pthread_mutex_unlock(&p->lock);
+    gp_pool_unlock(p);
     return rc;
 }
 
@@ -148,7 +148,7 @@ GP_API int gp_alloc(gp_pool *pool, void **out, size_t size, gp_stream stream)
             gp_trace_log_event(p->log, GP_TRACE_ALLOCATE, b->addr, size, stream);
         return GP_OK;
     }
-    pthread_mutex_lock(&st->lock);
+    gp_stream_lock(st);
     /* pending_scan 0 queries none here (gp_pending_collect's own 0 would mean all of them) */
     if (p->cfg.pending_scan != 0 && atomic_load_explicit(&st->pending_count, memory_order_relaxed) != 0) {
         gp_pending_collect(p, st, p->cfg.pending_scan);
@@ -171,7 +171,7 @@ GP_API int gp_alloc(gp_pool *pool, void **out, size_t size, gp_stream stream)
     }
     if (b != NULL)
         *out = (void *)b->addr;
-    pthread_mutex_unlock(&st->lock);
+    gp_stream_unlock(st);
     if (b == NULL)
         rc = alloc_slow(p, st, size, rsize, small, own_fit, out);
     if (p->log != NULL)

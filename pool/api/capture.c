@@ -117,7 +117,7 @@ int gp_capture_route_query(gp_pool_state *p, gp_stream stream, const char *fn, g
 
 static struct gp_capture_pools *capture_state(gp_pool_state *p)
 {
-    pthread_mutex_lock(&p->lock);
+    gp_pool_lock(p);
     if (p->capture == NULL) {
         struct gp_capture_pools *c = calloc(1, sizeof *c);
         if (c != NULL) {
@@ -125,7 +125,7 @@ static struct gp_capture_pools *capture_state(gp_pool_state *p)
             p->capture = c;
         }
     }
-    pthread_mutex_unlock(&p->lock);
+    gp_pool_unlock(p);
     return p->capture;
 }
 

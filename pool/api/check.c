@@ -20,7 +20,7 @@ GP_API int gp_check(gp_pool *pool)
     if (rc != GP_OK)
         return rc;
     char why[512];
-    pthread_mutex_lock(&p->lock);
+    gp_pool_lock(p);
     gp_lock_all_streams(p);
     gp_segment_tally tally = {0, 0, 0, 0};
     size_t reserved = 0, segments = 0;
@@ -60,6 +60,6 @@ GP_API int gp_check(gp_pool *pool)
         rc = gp_error_set(GP_ERR_CORRUPT, "gp_check: %s", ledger_broken);
 out:
     gp_unlock_all_streams(p);
-    pthread_mutex_unlock(&p->lock);
+    gp_pool_unlock(p);
     return rc;
 }

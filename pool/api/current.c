@@ -80,10 +80,10 @@ int gp_pool_stream(gp_pool_state *p, gp_stream handle, unsigned tenant, gp_strea
         *out = st;
         return GP_OK;
     }
-    pthread_mutex_lock(&p->lock);
+    gp_pool_lock(p);
     st = gp_stream_find(&p->streams, handle, t);
     int rc = st != NULL ? GP_OK : gp_stream_add(&p->streams, handle, t, &st);
-    pthread_mutex_unlock(&p->lock);
+    gp_pool_unlock(p);
     if (rc == GP_OK)
         *out = st;
     return rc;

@@ -122,7 +122,7 @@ int gp_diagnose_pointer(gp_pool_state *p, uintptr_t addr, const char *fn)
         return gp_error_set(GP_ERR_NOT_OWNED, "%s: %p was not allocated by this pool (it lies in none of its %zu segments)",
                             fn, (void *)addr, p->segment_count);
     gp_stream_state *owner = seg->owner;
-    pthread_mutex_lock(&owner->lock);
+    gp_stream_lock(owner);
     gp_block *b = seg->first;
     while (b != NULL && !(addr >= b->addr && addr < b->addr + b->size))
         b = b->next;
@@ -142,7 +142,7 @@ int gp_diagnose_pointer(gp_pool_state *p, uintptr_t addr, const char *fn)
     else /* freed blocks coalesce, so a stale pointer may lie anywhere in a free one */
         rc = gp_error_set(GP_ERR_DOUBLE_FREE, "%s: %p lies in a %s block (at %p, %s): double free", fn, (void *)addr,
                           b->state == GP_BLOCK_PENDING ? "freed (pending)" : "free", (void *)b->addr, size);
-    pthread_mutex_unlock(&owner->lock);
+    gp_stream_unlock(owner);
     return rc;
 }
 
@@ -161,7 +161,7 @@ static int free_from(gp_pool_state *p, gp_stream_state *owner, uintptr_t addr, g
                      gp_stream_state *user, size_t *requested)
 {
     int rc = GP_ERR_NOT_OWNED;
-    pthread_mutex_lock(&owner->lock);
+    gp_stream_lock(owner);
     gp_block *b = take_live(p, owner, addr);
     if (b != NULL) {
         *requested = b->requested;
@@ -175,7 +175,7 @@ static int free_from(gp_pool_state *p, gp_stream_state *owner, uintptr_t addr, g
                 gp_block_map_insert(&owner->live, b); /* the slot it left is still there */
         }
     }
-    pthread_mutex_unlock(&owner->lock);
+    gp_stream_unlock(owner);
     return rc;
 }
 
@@ -202,9 +202,9 @@ static int free_slow(gp_pool_state *p, uintptr_t addr, gp_stream stream, gp_stre
                 rc = free_from(p, owner, addr, stream, user, requested);
         }
     if (rc == GP_ERR_NOT_OWNED) {
-        pthread_mutex_lock(&p->lock);
+        gp_pool_lock(p);
         rc = gp_diagnose_pointer(p, addr, "gp_free");
-        pthread_mutex_unlock(&p->lock);
+        gp_pool_unlock(p);
     }
     return rc;
 }
@@ -240,7 +240,7 @@ GP_API int gp_free(gp_pool *pool, void *ptr, gp_stream stream)
             gp_trace_log_event(p->log, GP_TRACE_FREE, addr, requested, stream);
         return GP_OK;
     }
-    pthread_mutex_lock(&st->lock);
+    gp_stream_lock(st);
     b = take_live(p, st, addr);
     if (b != NULL) {
         requested = b->requested;
@@ -258,11 +258,11 @@ GP_API int gp_free(gp_pool *pool, void *ptr, gp_stream stream)
                 gp_block_map_insert(&st->live, b);
         }
     }
-    pthread_mutex_unlock(&st->lock);
-    if (maintain && pthread_mutex_trylock(&p->lock) == 0) { /* never wait for it on a free */
+    gp_stream_unlock(st);
+    if (maintain && gp_pool_trylock(p)) { /* never wait for it on a free */
         int failed;
         gp_maintain_locked(p, &failed);
-        pthread_mutex_unlock(&p->lock);
+        gp_pool_unlock(p);
     }
 slow:
     if (b == NULL)
@@ -288,11 +288,11 @@ static gp_stream_state *owner_of_live(gp_pool_state *p, uintptr_t addr)
     unsigned count = atomic_load(&p->streams.count);
     for (unsigned i = 0; i < count; i++) {
         gp_stream_state *owner = p->streams.by_index[i];
-        pthread_mutex_lock(&owner->lock);
+        gp_stream_lock(owner);
         bool found = gp_block_map_find(&owner->live, addr) != NULL;
         if (!found && owner->lenders != NULL && gp_thread_cache_return(p, owner))
             found = gp_block_map_find(&owner->live, addr) != NULL;
-        pthread_mutex_unlock(&owner->lock);
+        gp_stream_unlock(owner);
         if (found)
             return owner;
     }
@@ -322,23 +322,23 @@ GP_API int gp_record_stream(gp_pool *pool, void *ptr, gp_stream stream)
     uintptr_t addr = (uintptr_t)ptr;
     gp_stream_state *owner = owner_of_live(p, addr);
     if (owner != NULL && owner->handle == stream) { /* its own stream: nothing to record, but a */
-        pthread_mutex_lock(&owner->lock);           /* borrowed block's owner fence must cover it now */
+        gp_stream_lock(owner);           /* borrowed block's owner fence must cover it now */
         gp_block *b = gp_block_map_find(&owner->live, addr);
         if (b != NULL)
             b->borrowed = false;
-        pthread_mutex_unlock(&owner->lock);
+        gp_stream_unlock(owner);
         return GP_OK;
     }
     gp_stream_state *user = NULL;
     if (owner != NULL && (rc = gp_pool_current_state(p, stream, true, &user)) != GP_OK)
         return rc;
     if (owner != NULL) {
-        pthread_mutex_lock(&p->lock);
+        gp_pool_lock(p);
         rc = gp_stream_claim(&p->streams, user);
-        pthread_mutex_unlock(&p->lock);
+        gp_pool_unlock(p);
         if (rc != GP_OK)
             return rc;
-        pthread_mutex_lock(&owner->lock);
+        gp_stream_lock(owner);
         gp_block *b = gp_block_map_find(&owner->live, addr);
         if (b == NULL && owner->lenders != NULL && gp_thread_cache_return(p, owner))
             b = gp_block_map_find(&owner->live, addr);
@@ -348,15 +348,15 @@ GP_API int gp_record_stream(gp_pool *pool, void *ptr, gp_stream stream)
             else
                 rc = gp_error_set(GP_ERR_INVALID, "gp_record_stream: out of host memory for %p", ptr);
         }
-        pthread_mutex_unlock(&owner->lock);
+        gp_stream_unlock(owner);
         if (b != NULL)
             return rc;
     }
     gp_pool *graph_owner = p->capture != NULL ? gp_capture_owner(p, ptr) : NULL;
     if (graph_owner != NULL)
         return gp_record_stream(graph_owner, ptr, stream);
-    pthread_mutex_lock(&p->lock);
+    gp_pool_lock(p);
     rc = gp_diagnose_pointer(p, addr, "gp_record_stream");
-    pthread_mutex_unlock(&p->lock);
+    gp_pool_unlock(p);
     return rc;
 }

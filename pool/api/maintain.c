@@ -58,10 +58,10 @@ GP_API int gp_maintain(gp_pool *pool, size_t *released)
     int rc = gp_pool_enter(pool, "gp_maintain", &p);
     if (rc != GP_OK)
         return rc;
-    pthread_mutex_lock(&p->lock);
+    gp_pool_lock(p);
     int failed = GP_OK;
     size_t bytes = gp_maintain_locked(p, &failed);
-    pthread_mutex_unlock(&p->lock);
+    gp_pool_unlock(p);
     if (released != NULL)
         *released = bytes;
     if (failed != GP_OK) {
@@ -77,12 +77,12 @@ GP_API int gp_trim(gp_pool *pool, size_t keep_bytes, size_t *released)
     int rc = gp_pool_enter(pool, "gp_trim", &p);
     if (rc != GP_OK)
         return rc;
-    pthread_mutex_lock(&p->lock);
+    gp_pool_lock(p);
     gp_collect_all_pending(p);
     gp_flush_all(p); /* keep_bytes is compared with exact figures */
     int failed = GP_OK;
     size_t bytes = p->provider->release(p, keep_bytes, UINT64_MAX, &failed);
-    pthread_mutex_unlock(&p->lock);
+    gp_pool_unlock(p);
     if (released != NULL)
         *released = bytes;
     if (failed != GP_OK) {

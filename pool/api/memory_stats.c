@@ -55,7 +55,7 @@ static void walk_segment(gp_pool_state *p, const gp_segment *seg, gp_kind_stats 
 /* p's own breakdown added into *r (every lock of p taken and given back). */
 static void add_breakdown(gp_pool_state *p, gp_breakdown *r)
 {
-    pthread_mutex_lock(&p->lock);
+    gp_pool_lock(p);
     gp_lock_all_streams(p);
     for (const gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next)
         if (!seg->paused)
@@ -73,7 +73,7 @@ static void add_breakdown(gp_pool_state *p, gp_breakdown *r)
         }
     }
     gp_unlock_all_streams(p);
-    pthread_mutex_unlock(&p->lock);
+    gp_pool_unlock(p);
 }
 
 static void add_graph_breakdown(gp_pool *graph, void *r)
@@ -106,7 +106,7 @@ GP_API int gp_reset_peaks(gp_pool *pool)
     int rc = gp_pool_enter(pool, "gp_reset_peaks", &p);
     if (rc != GP_OK)
         return rc;
-    pthread_mutex_lock(&p->lock);
+    gp_pool_lock(p);
     gp_flush_all(p);
     atomic_store(&p->allocated_peak, gp_allocated_estimate(p));
     atomic_store(&p->reserved_peak, atomic_load(&p->reserved));
@@ -116,6 +116,6 @@ GP_API int gp_reset_peaks(gp_pool *pool)
         gp_tenant *t = p->tenants.tenants[i];
         atomic_store(&t->held_peak, atomic_load(&t->held));
     }
-    pthread_mutex_unlock(&p->lock);
+    gp_pool_unlock(p);
     return GP_OK;
 }

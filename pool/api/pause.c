@@ -108,9 +108,9 @@ static size_t roll_back(gp_pool_state *p, gp_held_page *held, size_t nheld)
 static int pause_own(gp_pool_state *p, gp_tenant *t, const char *name, unsigned flags)
 {
     int rc = GP_OK;
-    pthread_mutex_lock(&p->lock);
+    gp_pool_lock(p);
     if (t->paused) {
-        pthread_mutex_unlock(&p->lock);
+        gp_pool_unlock(p);
         return gp_error_set(GP_ERR_INVALID, "gp_tenant_pause: tenant '%s' is paused already", name);
     }
     gp_collect_all_pending(p);
@@ -167,7 +167,7 @@ static int pause_own(gp_pool_state *p, gp_tenant *t, const char *name, unsigned 
     }
     free(held);
     gp_unlock_stream_set(p, &set);
-    pthread_mutex_unlock(&p->lock);
+    gp_pool_unlock(p);
     return rc;
 }
 
@@ -199,9 +199,9 @@ static size_t paused_pages(gp_pool_state *p, const gp_tenant *t)
 static int resume_own(gp_pool_state *p, gp_tenant *t, const char *name)
 {
     int rc = GP_OK;
-    pthread_mutex_lock(&p->lock);
+    gp_pool_lock(p);
     if (!t->paused) {
-        pthread_mutex_unlock(&p->lock);
+        gp_pool_unlock(p);
         return gp_error_set(GP_ERR_INVALID, "gp_tenant_resume: tenant '%s' is not paused", name);
     }
     /* Every page this attempt maps is written down, so that a failure unmaps exactly those: not the
@@ -212,7 +212,7 @@ static int resume_own(gp_pool_state *p, gp_tenant *t, const char *name)
     gp_unlock_stream_set(p, &set);
     gp_held_page *mapped = room > 0 ? malloc(room * sizeof *mapped) : NULL;
     if (room > 0 && mapped == NULL) {
-        pthread_mutex_unlock(&p->lock);
+        gp_pool_unlock(p);
         return gp_error_set(GP_ERR_OOM, "gp_tenant_resume: '%s': out of host memory for %zu page handles "
                             "(it stays paused)", name, room);
     }
@@ -263,7 +263,7 @@ static int resume_own(gp_pool_state *p, gp_tenant *t, const char *name)
     gp_unlock_stream_set(p, &set);
     if (rc == GP_OK) /* the pages mapped back may raise the peak, as growth does */
         gp_peak_note(p, peak_before, 0);
-    pthread_mutex_unlock(&p->lock);
+    gp_pool_unlock(p);
     return rc;
 }
 
@@ -360,9 +360,9 @@ GP_API int gp_tenant_resume(gp_pool *pool, const char *name)
     gp_tenant *t = NULL;
     if ((rc = gp_tenant_find(p, name, "gp_tenant_resume", &t)) != GP_OK)
         return rc;
-    pthread_mutex_lock(&p->lock);
+    gp_pool_lock(p);
     bool paused = t->paused;
-    pthread_mutex_unlock(&p->lock);
+    gp_pool_unlock(p);
     /* t itself first; then its graph pools, which a resume that failed for one of them left paused (a
      * second resume of t picks them up: t is then not paused itself) */
     if (paused && (rc = resume_own(p, t, name)) != GP_OK)

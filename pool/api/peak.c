@@ -107,9 +107,9 @@ void gp_peak_note(gp_pool_state *p, size_t peak_before, size_t request)
 
 gp_peak_composition gp_peak_read(gp_pool_state *p)
 {
-    pthread_mutex_lock(&p->lock);
+    gp_pool_lock(p);
     gp_peak_composition c = p->peak_composition;
-    pthread_mutex_unlock(&p->lock);
+    gp_pool_unlock(p);
     if (!c.recorded) {
         memset(&c, 0, sizeof c);
         c.unit_is_page = p->provider->pages;

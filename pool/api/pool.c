@@ -137,7 +137,7 @@ GP_API int gp_pool_destroy(gp_pool *pool, gp_leak_report *report)
     gp_current_tenant_forget_pool(p->serial); /* this thread's frames of the pool (current.c) */
 
     gp_thread_cache_destroy_begin(); /* no thread exits into this pool while it goes */
-    pthread_mutex_lock(&p->lock);
+    gp_pool_lock(p);
     gp_lock_all_streams(p);
     gp_thread_cache_forget(p);
     unsigned count = atomic_load(&p->streams.count);
@@ -166,7 +166,7 @@ GP_API int gp_pool_destroy(gp_pool *pool, gp_leak_report *report)
     if (events_failed > 0 && failed == GP_OK)
         failed = GP_ERR_DEVICE;
     gp_unlock_all_streams(p);
-    pthread_mutex_unlock(&p->lock);
+    gp_pool_unlock(p);
     gp_thread_cache_destroy_end();
 
     unsigned tenants = atomic_load(&p->tenants.count);

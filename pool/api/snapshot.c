@@ -36,7 +36,7 @@ GP_API int gp_history_record(gp_pool *pool, size_t max_entries)
         return rc;
     if (max_entries > ((size_t)1 << 32))
         return gp_error_set(GP_ERR_INVALID, "gp_history_record: max_entries %zu is over 2^32", max_entries);
-    pthread_mutex_lock(&p->lock);
+    gp_pool_lock(p);
     gp_history *h = atomic_load(&p->history);
     if (max_entries == 0) {
         atomic_store(&p->history_on, false);
@@ -53,7 +53,7 @@ GP_API int gp_history_record(gp_pool *pool, size_t max_entries)
     }
     if (rc == GP_OK && max_entries > 0)
         atomic_store(&p->history_on, true);
-    pthread_mutex_unlock(&p->lock);
+    gp_pool_unlock(p);
     return rc;
 }
 
@@ -307,11 +307,11 @@ GP_API int gp_snapshot_write(gp_pool *const *pools, size_t count, const char *pa
     gp_pickle_list(&pk);
     for (size_t i = 0; i < count && rc == GP_OK; i++) {
         gp_pool_state *p = states[i];
-        pthread_mutex_lock(&p->lock);
+        gp_pool_lock(p);
         gp_lock_all_streams(p);
         segments_of(&pk, p);
         gp_unlock_all_streams(p);
-        pthread_mutex_unlock(&p->lock);
+        gp_pool_unlock(p);
     }
     gp_pickle_close(&pk);
     if (!list_only) {

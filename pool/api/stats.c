@@ -18,7 +18,7 @@
 static void snapshot(gp_pool_state *p, gp_stats *s)
 {
     memset((char *)s + 2 * sizeof(uint32_t), 0, sizeof *s - 2 * sizeof(uint32_t));
-    pthread_mutex_lock(&p->lock);
+    gp_pool_lock(p);
     gp_lock_all_streams(p);
     unsigned count = atomic_load(&p->streams.count);
     uint64_t heap_free = 0;
@@ -64,7 +64,7 @@ static void snapshot(gp_pool_state *p, gp_stats *s)
     s->paused_bytes = p->paused_bytes;
     assert(s->allocated_bytes + s->cached_bytes == s->reserved_bytes + s->paused_bytes);
     gp_unlock_all_streams(p);
-    pthread_mutex_unlock(&p->lock);
+    gp_pool_unlock(p);
 }
 
 static void add_graph_pool(gp_pool *graph, void *arg)
@@ -115,11 +115,11 @@ static void put(text_buffer *t, const char *fmt, ...)
 /* Every tenant's stats, under the locks; returns the count. */
 static unsigned tenants_now(gp_pool_state *p, gp_tenant_stats *out)
 {
-    pthread_mutex_lock(&p->lock);
+    gp_pool_lock(p);
     gp_lock_all_streams(p);
     unsigned count = (unsigned)gp_tenant_snapshot_all(p, out, GP_MAX_TENANTS);
     gp_unlock_all_streams(p);
-    pthread_mutex_unlock(&p->lock);
+    gp_pool_unlock(p);
     return count;
 }
 

@@ -48,7 +48,7 @@ GP_API int gp_stream_forget(gp_pool *pool, gp_stream stream)
         return rc;
     }
     /* 2. no event will be recorded on the handle for what it did */
-    pthread_mutex_lock(&p->lock);
+    gp_pool_lock(p);
     gp_lock_all_streams(p);
     unsigned count = atomic_load(&p->streams.count);
     for (unsigned i = 0; i < count; i++) {
@@ -78,6 +78,6 @@ GP_API int gp_stream_forget(gp_pool *pool, gp_stream stream)
             b->use_count = kept;
         }
     gp_unlock_all_streams(p);
-    pthread_mutex_unlock(&p->lock);
+    gp_pool_unlock(p);
     return GP_OK;
 }

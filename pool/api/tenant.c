@@ -86,7 +86,7 @@ GP_API int gp_tenant_create(gp_pool *pool, const char *name, const gp_tenant_lim
     rc = check_limits(l, "gp_tenant_create", name);
     if (rc != GP_OK)
         return rc;
-    pthread_mutex_lock(&p->lock);
+    gp_pool_lock(p);
     gp_tenant *existing;
     unsigned count = atomic_load(&p->tenants.count);
     if (gp_tenant_find(p, name, "gp_tenant_create", &existing) == GP_OK)
@@ -107,7 +107,7 @@ GP_API int gp_tenant_create(gp_pool *pool, const char *name, const gp_tenant_lim
         atomic_store(&p->tenants.count, count + 1);
         gp_error_clear();
     }
-    pthread_mutex_unlock(&p->lock);
+    gp_pool_unlock(p);
     return rc;
 }
 
@@ -123,9 +123,9 @@ GP_API int gp_tenant_set_limits(gp_pool *pool, const char *name, const gp_tenant
     if ((rc = gp_tenant_find(p, name, "gp_tenant_set_limits", &t)) != GP_OK ||
         (rc = check_limits(limits, "gp_tenant_set_limits", name)) != GP_OK)
         return rc;
-    pthread_mutex_lock(&p->lock);
+    gp_pool_lock(p);
     if ((rc = check_min(p, t, limits, "gp_tenant_set_limits", name)) != GP_OK) {
-        pthread_mutex_unlock(&p->lock);
+        gp_pool_unlock(p);
         return rc;
     }
     store_limits(t, limits);
@@ -133,7 +133,7 @@ GP_API int gp_tenant_set_limits(gp_pool *pool, const char *name, const gp_tenant
     if (limits->max != 0 && held > limits->max)
         gp_provider_trim_tenant(p, t, held - limits->max); /* never a live block: only its cache */
     gp_tenant_update_gate(t);
-    pthread_mutex_unlock(&p->lock);
+    gp_pool_unlock(p);
     return GP_OK;
 }
 
@@ -174,7 +174,7 @@ GP_API int gp_tenant_bind_stream(gp_pool *pool, const char *name, gp_stream stre
         index = t->index;
     }
     gp_tenant_registry *reg = &p->tenants;
-    pthread_mutex_lock(&p->lock);
+    gp_pool_lock(p);
     gp_binding *b = gp_tenant_binding_find(reg, stream);
     if (b == NULL && index != GP_MAX_TENANTS) {
         unsigned used = 0;
@@ -182,7 +182,7 @@ GP_API int gp_tenant_bind_stream(gp_pool *pool, const char *name, gp_stream stre
             used += atomic_load(&reg->bindings[i]) != NULL;
         b = used * 2 < reg->binding_capacity ? calloc(1, sizeof *b) : NULL;
         if (b == NULL) {
-            pthread_mutex_unlock(&p->lock);
+            gp_pool_unlock(p);
             return gp_error_set(GP_ERR_INVALID, "gp_tenant_bind_stream: no room to bind stream %p (max_streams)",
                                 stream);
         }
@@ -196,7 +196,7 @@ GP_API int gp_tenant_bind_stream(gp_pool *pool, const char *name, gp_stream stre
         atomic_store(&b->tenant, index);
     }
     atomic_fetch_add(&reg->bind_epoch, 1);
-    pthread_mutex_unlock(&p->lock);
+    gp_pool_unlock(p);
     return GP_OK;
 }
 
@@ -243,11 +243,11 @@ GP_API int gp_tenant_get_stats(gp_pool *pool, const char *name, gp_tenant_stats 
     gp_tenant *t = NULL;
     if ((rc = gp_tenant_find(p, name, "gp_tenant_get_stats", &t)) != GP_OK)
         return rc;
-    pthread_mutex_lock(&p->lock);
+    gp_pool_lock(p);
     gp_lock_all_streams(p);
     tenant_snapshot(p, t, stats);
     gp_unlock_all_streams(p);
-    pthread_mutex_unlock(&p->lock);
+    gp_pool_unlock(p);
     return GP_OK;
 }
 

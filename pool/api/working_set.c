@@ -44,7 +44,7 @@ GP_API int gp_release_unused(gp_pool *pool, size_t *released)
     int rc = gp_pool_enter(pool, "gp_release_unused", &p);
     if (rc != GP_OK)
         return rc;
-    pthread_mutex_lock(&p->lock);
+    gp_pool_lock(p);
     uint64_t now = gp_backend_now(p->ops, p->ctx);
     uint64_t coarse = atomic_load(&p->coarse_now);
     if (now <= coarse)
@@ -76,7 +76,7 @@ GP_API int gp_release_unused(gp_pool *pool, size_t *released)
         bytes = p->provider->release(p, 0, oldest - 1, &failed);
     }
     bytes += release_over_limits(p, &failed);
-    pthread_mutex_unlock(&p->lock);
+    gp_pool_unlock(p);
     if (released != NULL)
         *released = bytes;
     if (failed != GP_OK) {

@@ -23,6 +23,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include "base/lock_order.h"
 #include "ds/block_map.h"
 #include "gpupool.h"
 #include "ds/heap.h"
@@ -79,6 +80,29 @@ typedef struct gp_stream_state {
     uint64_t kind_allocs[2], kind_frees[2], kind_alloc_bytes[2], kind_free_bytes[2];
     uint64_t size_class_allocs[GP_SIZE_CLASS_COUNT];
 } gp_stream_state;
+
+/* A stream's lock, taken and released through these so that builds with assertions check the lock
+ * order (base/lock_order.h): several streams' locks only by ascending index, none under the event
+ * pool's lock. gp_stream_trylock may take any (it never waits); true when it did. */
+static inline void gp_stream_lock(gp_stream_state *st)
+{
+    gp_order_lock(GP_RANK_STREAM, st->index);
+    pthread_mutex_lock(&st->lock);
+}
+
+static inline bool gp_stream_trylock(gp_stream_state *st)
+{
+    if (pthread_mutex_trylock(&st->lock) != 0)
+        return false;
+    gp_order_locked(GP_RANK_STREAM, st->index);
+    return true;
+}
+
+static inline void gp_stream_unlock(gp_stream_state *st)
+{
+    pthread_mutex_unlock(&st->lock);
+    gp_order_unlock(GP_RANK_STREAM, st->index);
+}
 
 /* True when gp_stream_forget ran on st and the pool has seen no allocation or free on it since, so
  * that nothing it knows of has run on the handle since (which may be dead). st locked, its thread

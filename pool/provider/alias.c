@@ -115,7 +115,7 @@ static void unlend(gp_pool_state *p, gp_segment *r, const lent_page *lent, size_
         gp_alias_home h = r->homes[lent[k].j];
         gp_alias_loan *l = loan_of(h);
         gp_stream_state *lock = lent[k].from != NULL ? lent[k].from : h.seg->owner;
-        pthread_mutex_lock(&lock->lock);
+        gp_stream_lock(lock);
         if (lent[k].from != NULL) {
             *l = (gp_alias_loan){lent[k].from, false, lent[k].parked_seq};
             lent[k].from->parked_bytes += p->page;
@@ -124,7 +124,7 @@ static void unlend(gp_pool_state *p, gp_segment *r, const lent_page *lent, size_
             *l = (gp_alias_loan){NULL, false, 0};
             h.seg->loans_held--;
         }
-        pthread_mutex_unlock(&lock->lock);
+        gp_stream_unlock(lock);
     }
 }
 
@@ -149,7 +149,7 @@ static bool lend_homes(gp_pool_state *p, gp_stream_state *st, gp_segment *r, siz
         gp_stream_state *from = loan_of(h)->holder; /* parked with another stream, or NULL: FREE */
         gp_stream_state *o = from != NULL ? from : h.seg->owner;
         /* every page of this block that the same stream gives, at once */
-        pthread_mutex_lock(&o->lock);
+        gp_stream_lock(o);
         size_t mine = 0;
         uint64_t need = 0; /* o's free clock that its fence must have passed */
         for (size_t k = j; ok && k < first + n; k++) {
@@ -183,7 +183,7 @@ static bool lend_homes(gp_pool_state *p, gp_stream_state *st, gp_segment *r, siz
         }
         if (spare != NULL)
             give_spares(o, spare, left);
-        pthread_mutex_unlock(&o->lock);
+        gp_stream_unlock(o);
     }
     if (!ok) {
         unlend(p, r, lent, *count);
@@ -211,7 +211,7 @@ static gp_block *activate(gp_pool_state *p, gp_stream_state *st, gp_segment *r, 
         free(lent);
         return NULL;
     }
-    pthread_mutex_lock(&st->lock);
+    gp_stream_lock(st);
     /* The block may have merged with neighbours freed meanwhile (gp_alias_release): found again. */
     gp_block *s = gp_pages_block_at(r, va), *out = NULL;
     size_t own = 0, parked = 0, in_use = 0;
@@ -253,7 +253,7 @@ static gp_block *activate(gp_pool_state *p, gp_stream_state *st, gp_segment *r, 
         r->last_used = ++p->alias_clock;
         give_spares(st, spare, left);
     }
-    pthread_mutex_unlock(&st->lock);
+    gp_stream_unlock(st);
     if (out == NULL)
         unlend(p, r, lent, count);
     free(lent);
@@ -325,7 +325,7 @@ gp_block *gp_alias_take(gp_pool_state *p, gp_stream_state *st, size_t rsize, siz
     size_t n = gp_div_up(rsize, p->page), count = 0, cap = 0;
     idle_block *c = NULL;
     bool room = true;
-    pthread_mutex_lock(&st->lock);
+    gp_stream_lock(st);
     for (gp_segment *r = p->segments_head; r != NULL && room; r = r->next) {
         if (!r->stitched || r->small || r->owner != st || r->paused || r->aliased < n)
             continue;
@@ -361,7 +361,7 @@ gp_block *gp_alias_take(gp_pool_state *p, gp_stream_state *st, size_t rsize, siz
             c[count++] = (idle_block){r, b->addr, b->size, unheld};
         }
     }
-    pthread_mutex_unlock(&st->lock);
+    gp_stream_unlock(st);
     /* What st holds first (no other stream is touched), then the smallest block. */
     if (c != NULL && count > 1)
         qsort(c, count, sizeof *c, fewer_checks_first);
@@ -752,7 +752,7 @@ static gp_block *repair(gp_pool_state *p, gp_stream_state *st, const candidate *
         return NULL;
     memcpy(sorted, c, count * sizeof *c);
     qsort(sorted, count, sizeof *sorted, by_home);
-    pthread_mutex_lock(&st->lock);
+    gp_stream_lock(st);
     gp_segment *best = NULL;
     uintptr_t best_va = 0;
     size_t best_misfits = n, best_size = SIZE_MAX;
@@ -827,7 +827,7 @@ static gp_block *repair(gp_pool_state *p, gp_stream_state *st, const candidate *
         free(here);
         free(mapped_here);
     }
-    pthread_mutex_unlock(&st->lock);
+    gp_stream_unlock(st);
     free(sorted);
     if (ready)
         out = activate(p, st, best, best_va, n, rsize, size);
@@ -838,10 +838,10 @@ size_t gp_alias_free_pages(gp_pool_state *p, gp_stream_state *st)
 {
     size_t count = 0, cap = 0;
     candidate *c = NULL;
-    pthread_mutex_lock(&st->lock);
+    gp_stream_lock(st);
     if (!free_pages(p, st, st, UINT64_MAX, &c, &count, &cap))
         count = 0; /* host memory is out: nothing to stitch */
-    pthread_mutex_unlock(&st->lock);
+    gp_stream_unlock(st);
     free(c);
     return count;
 }
@@ -853,9 +853,9 @@ gp_block *gp_alias_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, s
         return NULL;
     size_t count = 0, cap = 0;
     candidate *c = NULL;
-    pthread_mutex_lock(&st->lock);
+    gp_stream_lock(st);
     bool ok = free_pages(p, st, st, UINT64_MAX, &c, &count, &cap);
-    pthread_mutex_unlock(&st->lock);
+    gp_stream_unlock(st);
     /* With loans, other streams' free pages too (for a new range where the stream's own do not
      * suffice, and to tell which homes of an idle block are free for its repair): only those their
      * stream's fence says are unused (freed before it: provider.h), as a borrowed block's are, each
@@ -865,9 +865,9 @@ gp_block *gp_alias_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, s
         gp_stream_state *o = p->streams.by_index[i];
         if (o == st || o->tenant != st->tenant)
             continue;
-        pthread_mutex_lock(&o->lock);
+        gp_stream_lock(o);
         ok = free_pages(p, o, st, gp_stream_done(p, o), &c, &count, &cap);
-        pthread_mutex_unlock(&o->lock);
+        gp_stream_unlock(o);
     }
     gp_block *out = NULL;
     /* The stream's own pages first (nothing to lend), then the pages of the smallest free blocks:
@@ -881,13 +881,13 @@ gp_block *gp_alias_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, s
     if (out == NULL && ok && count >= n) {
         size_t mapped = 0;
         int rc = GP_OK;
-        pthread_mutex_lock(&st->lock);
+        gp_stream_lock(st);
         size_t foreign = 0;
         for (size_t k = 0; k < n; k++)
             foreign += c[k].foreign;
         bound_aliases(p, st, n - foreign, foreign);
         gp_segment *r = new_stitched_range(p, st, c, n, &mapped, &rc);
-        pthread_mutex_unlock(&st->lock);
+        gp_stream_unlock(st);
         if (r != NULL && mapped == n && (out = activate(p, st, r, r->addr, n, rsize, size)) != NULL)
             atomic_fetch_add(&p->num_stitches, 1);
     }
@@ -918,7 +918,7 @@ static size_t reclaim(gp_pool_state *p, gp_stream_state *st, size_t limit, bool 
                 continue;
             /* parked, and its holder's work done: read under the holder's lock; nothing can hand the
              * page out meanwhile (that takes the pool lock) */
-            pthread_mutex_lock(&holder->lock);
+            gp_stream_lock(holder);
             bool idle = !l->active;
             if (idle && asked != holder) {
                 asked = holder;
@@ -932,12 +932,12 @@ static size_t reclaim(gp_pool_state *p, gp_stream_state *st, size_t limit, bool 
                 holder->parked_bytes -= p->page;
                 *l = (gp_alias_loan){NULL, false, 0};
             }
-            pthread_mutex_unlock(&holder->lock);
+            gp_stream_unlock(holder);
             if (!idle)
                 continue;
-            pthread_mutex_lock(&seg->owner->lock);
+            gp_stream_lock(seg->owner);
             unshadow_home(p, seg, seg->addr + i * p->page, now);
-            pthread_mutex_unlock(&seg->owner->lock);
+            gp_stream_unlock(seg->owner);
             seg->loans_held--;
             got++;
         }
@@ -1028,13 +1028,14 @@ size_t gp_alias_unshare(gp_pool_state *p, gp_segment *seg, uintptr_t first, size
         /* Another stream's slots are unmapped under its lock too, taken in the lock order or not at
          * all (then the pages stay, with their slots). */
         gp_stream_state *holder = r->owner;
-        if (holder != owner && (holder->index > owner->index ? pthread_mutex_lock(&holder->lock)
-                                                              : pthread_mutex_trylock(&holder->lock)) != 0)
+        if (holder != owner && holder->index > owner->index)
+            gp_stream_lock(holder);
+        else if (holder != owner && !gp_stream_trylock(holder))
             break;
         size_t runs = slots_of_homes(p, r, seg, i0, n, starts, lens);
         int one = runs > 0 ? drop_slot_runs(p, r, starts, lens, runs) : GP_OK; /* SHADOW: the homes are free */
         if (holder != owner)
-            pthread_mutex_unlock(&holder->lock);
+            gp_stream_unlock(holder);
         if (one != GP_OK) {
             if (*rc == GP_OK)
                 *rc = one;
@@ -1394,7 +1395,7 @@ gp_block *gp_alias_small_grow(gp_pool_state *p, gp_stream_state *st, size_t rsiz
 {
     if (atomic_load(&p->streams.count) > 1) /* loans tie ranges to one stream: see Streams above */
         return NULL;
-    pthread_mutex_lock(&st->lock);
+    gp_stream_lock(st);
     bool lent = reuse_slot(p, st);
     if (!lent) {
         size_t slots = 0, pages = 0;
@@ -1407,7 +1408,7 @@ gp_block *gp_alias_small_grow(gp_pool_state *p, gp_stream_state *st, size_t rsiz
         candidate c = {NULL, 0, 0, false};
         lent = slots < pages && frontier_page(p, st, &c) && new_slot(p, st, c);
     }
-    pthread_mutex_unlock(&st->lock);
+    gp_stream_unlock(st);
     return lent ? gp_provider_take(p, st, NULL, true, rsize, size) : NULL;
 }
 
@@ -1478,7 +1479,7 @@ bool gp_alias_small_lent(const gp_pool_state *p, const gp_stream_state *st)
 
 void gp_alias_small_keep(gp_pool_state *p, gp_stream_state *st)
 {
-    pthread_mutex_lock(&st->lock);
+    gp_stream_lock(st);
     for (gp_segment *r = p->segments_head; r != NULL; r = r->next) {
         if (!small_alias_range(r, st) || r->aliased == 0)
             continue;
@@ -1500,7 +1501,7 @@ void gp_alias_small_keep(gp_pool_state *p, gp_stream_state *st)
                 (void)own_page(p, r, j, st); /* a failure leaves it lent: nothing lost */
         }
     }
-    pthread_mutex_unlock(&st->lock);
+    gp_stream_unlock(st);
 }
 
 /* How many of the alias slots of the ordinary range seg lie in small stitched ranges. */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "base/error.h"
+#include "base/lock_order.h"
 
 void gp_event_pool_init(gp_event_pool *ep, const gp_backend_ops *ops, void *ctx)
 {
@@ -19,10 +20,12 @@ void gp_event_pool_init(gp_event_pool *ep, const gp_backend_ops *ops, void *ctx)
 
 int gp_event_pool_get(gp_event_pool *ep, gp_event *out)
 {
+    gp_order_lock(GP_RANK_EVENT_POOL, 0);
     pthread_mutex_lock(&ep->lock);
     if (ep->idle_count > 0) {
         *out = ep->idle[--ep->idle_count];
         pthread_mutex_unlock(&ep->lock);
+        gp_order_unlock(GP_RANK_EVENT_POOL, 0);
         return GP_OK;
     }
     /* Make room now so that gp_event_pool_put can never fail. */
@@ -31,6 +34,7 @@ int gp_event_pool_get(gp_event_pool *ep, gp_event *out)
         gp_event *idle = realloc(ep->idle, capacity * sizeof *idle);
         if (idle == NULL) {
             pthread_mutex_unlock(&ep->lock);
+            gp_order_unlock(GP_RANK_EVENT_POOL, 0);
             return gp_error_set(GP_ERR_INVALID, "out of host memory for the event pool");
         }
         ep->idle = idle;
@@ -43,15 +47,18 @@ int gp_event_pool_get(gp_event_pool *ep, gp_event *out)
         *out = ev;
     }
     pthread_mutex_unlock(&ep->lock);
+    gp_order_unlock(GP_RANK_EVENT_POOL, 0);
     return rc;
 }
 
 void gp_event_pool_put(gp_event_pool *ep, gp_event ev)
 {
+    gp_order_lock(GP_RANK_EVENT_POOL, 0);
     pthread_mutex_lock(&ep->lock);
     /* idle_capacity >= created > idle_count: room was made when the event was created */
     ep->idle[ep->idle_count++] = ev;
     pthread_mutex_unlock(&ep->lock);
+    gp_order_unlock(GP_RANK_EVENT_POOL, 0);
 }
 
 uint64_t gp_event_pool_destroy(gp_event_pool *ep, uint64_t *failed)

@@ -150,13 +150,13 @@ void gp_collect_all_pending(gp_pool_state *p)
     unsigned count = atomic_load(&p->streams.count);
     for (unsigned i = 0; i < count; i++) {
         gp_stream_state *st = p->streams.by_index[i];
-        pthread_mutex_lock(&st->lock);
+        gp_stream_lock(st);
         gp_thread_cache_return(p, st);
         gp_pending_collect(p, st, 0);
         gp_heap_quick_flush(&st->small, &st->blocks);
         gp_heap_quick_flush(&st->large, &st->blocks);
         gp_alias_small_reclaim(p, st); /* pages of the small heap wholly free now go home (alias.c) */
-        pthread_mutex_unlock(&st->lock);
+        gp_stream_unlock(st);
     }
 }
 

@@ -247,11 +247,11 @@ static void publish(gp_pool_state *p, gp_pool_ledger *pl)
     unsigned count = atomic_load(&p->streams.count);
     for (unsigned i = 0; i < count; i++) {
         gp_stream_state *st = p->streams.by_index[i];
-        pthread_mutex_lock(&st->lock);
+        gp_stream_lock(st);
         if (st->lenders != NULL) /* the thread caches' allocations and frees too */
             gp_thread_cache_return(p, st);
         size_t live = st->allocated_bytes;
-        pthread_mutex_unlock(&st->lock);
+        gp_stream_unlock(st);
         unsigned local = st->tenant->index;
         if (pl->tenant_index[local] != 0)
             f.live[pl->tenant_index[local] - 1] += live;

@@ -31,7 +31,7 @@ static void lock_set(gp_pool_state *p, const gp_stream_set *set)
 {
     for (unsigned i = 0; i < set->count; i++)
         if (set->member == NULL || set->member[i])
-            pthread_mutex_lock(&p->streams.by_index[i]->lock);
+            gp_stream_lock(p->streams.by_index[i]);
     for (unsigned i = 0; i < set->count; i++)
         if (set->member == NULL || set->member[i])
             gp_thread_cache_return(p, p->streams.by_index[i]);
@@ -41,7 +41,7 @@ static void unlock_set(gp_pool_state *p, const gp_stream_set *set)
 {
     for (unsigned i = set->count; i-- > 0;)
         if (set->member == NULL || set->member[i])
-            pthread_mutex_unlock(&p->streams.by_index[i]->lock);
+            gp_stream_unlock(p->streams.by_index[i]);
 }
 
 void gp_lock_all_streams(gp_pool_state *p)
@@ -143,10 +143,10 @@ void gp_flush_all(gp_pool_state *p)
     unsigned count = atomic_load(&p->streams.count);
     for (unsigned i = 0; i < count; i++) {
         gp_stream_state *st = p->streams.by_index[i];
-        pthread_mutex_lock(&st->lock);
+        gp_stream_lock(st);
         gp_thread_cache_return(p, st); /* the entries' unflushed deltas too */
         gp_flush(p, st);
-        pthread_mutex_unlock(&st->lock);
+        gp_stream_unlock(st);
     }
 }
 
@@ -156,13 +156,13 @@ int64_t gp_allocated_now(gp_pool_state *p, gp_stream_state *held, int64_t estima
     unsigned count = atomic_load(&p->streams.count);
     for (unsigned i = 0; i < count; i++) {
         gp_stream_state *x = p->streams.by_index[i];
-        if (x != held && pthread_mutex_trylock(&x->lock) != 0)
+        if (x != held && !gp_stream_trylock(x))
             return estimate;
         sum += atomic_load_explicit(&x->unflushed, memory_order_relaxed);
         if (x->lenders != NULL)
             sum += gp_thread_cache_unflushed(x);
         if (x != held)
-            pthread_mutex_unlock(&x->lock);
+            gp_stream_unlock(x);
     }
     return sum;
 }

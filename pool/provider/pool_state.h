@@ -118,6 +118,28 @@ typedef struct gp_pool_state {
     bool destroying;
 } gp_pool_state;
 
+/* The pool lock, through these so that builds with assertions check the lock order
+ * (base/lock_order.h): never under a stream's or the event pool's lock, except by trylock. */
+static inline void gp_pool_lock(gp_pool_state *p)
+{
+    gp_order_lock(GP_RANK_POOL, 0);
+    pthread_mutex_lock(&p->lock);
+}
+
+static inline bool gp_pool_trylock(gp_pool_state *p)
+{
+    if (pthread_mutex_trylock(&p->lock) != 0)
+        return false;
+    gp_order_locked(GP_RANK_POOL, 0);
+    return true;
+}
+
+static inline void gp_pool_unlock(gp_pool_state *p)
+{
+    pthread_mutex_unlock(&p->lock);
+    gp_order_unlock(GP_RANK_POOL, 0);
+}
+
 struct gp_pool {
     uint64_t magic;
     gp_pool_state *state;   /* NULL once destroyed */

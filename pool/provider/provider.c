@@ -80,7 +80,7 @@ gp_block *gp_provider_take(gp_pool_state *p, gp_stream_state *st, gp_segment *se
                            size_t size)
 {
     gp_heap *heap = gp_heap_of(st, small);
-    pthread_mutex_lock(&st->lock);
+    gp_stream_lock(st);
     if (seg != NULL) { /* a segment's single FREE block, or every FREE block of a range */
         assert(seg->owner == st && seg->small == small);
         for (gp_block *fb = seg->first; fb != NULL; fb = fb->next)
@@ -98,7 +98,7 @@ gp_block *gp_provider_take(gp_pool_state *p, gp_stream_state *st, gp_segment *se
         b = gp_heap_take(heap, &st->blocks, rsize);
     if (b != NULL)
         gp_hand_out(p, st, b, size);
-    pthread_mutex_unlock(&st->lock);
+    gp_stream_unlock(st);
     return b;
 }
 

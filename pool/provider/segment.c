@@ -144,12 +144,12 @@ bool gp_stream_reusable(gp_pool_state *p, gp_stream_state *owner, gp_stream_stat
 void gp_segment_restamp(gp_stream_state *st, gp_segment *seg, bool waited)
 {
     if (waited)
-        pthread_mutex_lock(&st->lock);
+        gp_stream_lock(st);
     for (gp_block *b = seg->first; b != NULL; b = b->next)
         if (b->state == GP_BLOCK_FREE)
             b->free_seq = waited ? gp_heap_free_stamp(gp_heap_of(st, seg->small)) : 0;
     if (waited)
-        pthread_mutex_unlock(&st->lock);
+        gp_stream_unlock(st);
 }
 
 /*
@@ -182,19 +182,19 @@ static gp_segment *steal_segment(gp_pool_state *p, gp_stream_state *st, size_t s
         if (best != NULL && seg->size >= best->size)
             continue;
         gp_stream_state *owner = seg->owner;
-        pthread_mutex_lock(&owner->lock);
+        gp_stream_lock(owner);
         bool may_wait = wait || (p->cfg.steal_wait && owner->tenant == st->tenant);
         uint64_t seq = seg->first->free_seq;
         bool usable = gp_segment_wholly_free(seg) &&
                       (gp_stream_done_upto(p, owner, seq) || (may_wait && fence_wait(p, owner, st, seq, false)));
-        pthread_mutex_unlock(&owner->lock);
+        gp_stream_unlock(owner);
         if (usable)
             best = seg;
     }
     if (best == NULL)
         return NULL;
     gp_stream_state *owner = best->owner;
-    pthread_mutex_lock(&owner->lock);
+    gp_stream_lock(owner);
     bool taken = false, waited = false;
     if (gp_segment_wholly_free(best)) { /* the owner may have allocated from it since */
         uint64_t seq = best->first->free_seq;
@@ -213,7 +213,7 @@ static gp_segment *steal_segment(gp_pool_state *p, gp_stream_state *st, size_t s
             taken = true;
         }
     }
-    pthread_mutex_unlock(&owner->lock);
+    gp_stream_unlock(owner);
     if (taken)
         gp_segment_restamp(st, best, waited);
     return taken ? best : NULL;
@@ -245,9 +245,9 @@ static int release_segment_locked(gp_pool_state *p, gp_segment *seg)
 static int release_segment(gp_pool_state *p, gp_segment *seg)
 {
     gp_stream_state *owner = seg->owner;
-    pthread_mutex_lock(&owner->lock);
+    gp_stream_lock(owner);
     int rc = gp_segment_wholly_free(seg) ? release_segment_locked(p, seg) : GP_ERR_INVALID;
-    pthread_mutex_unlock(&owner->lock);
+    gp_stream_unlock(owner);
     return rc;
 }
 
@@ -276,7 +276,7 @@ static size_t release_free_segments(gp_pool_state *p, size_t want, size_t keep, 
             seg = next;
             continue;
         }
-        pthread_mutex_lock(&owner->lock);
+        gp_stream_lock(owner);
         if (seg->pages == NULL && gp_segment_wholly_free(seg)) {
             size_t size = seg->size;
             int rc = release_segment_locked(p, seg);
@@ -285,7 +285,7 @@ static size_t release_free_segments(gp_pool_state *p, size_t want, size_t keep, 
             else if (failed != NULL && *failed == GP_OK)
                 *failed = rc;
         }
-        pthread_mutex_unlock(&owner->lock);
+        gp_stream_unlock(owner);
         seg = next;
     }
     return released;
@@ -335,11 +335,11 @@ static void release_over_cap(gp_pool_state *p, gp_stream_state *st, bool small, 
     const gp_tenant *taker = st->tenant;
     size_t releasable = 0;
     for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
-        pthread_mutex_lock(&seg->owner->lock);
+        gp_stream_lock(seg->owner);
         if (seg->pages == NULL && gp_segment_wholly_free(seg) &&
             (seg->owner->tenant == taker || gp_tenant_can_give(seg->owner->tenant, seg->size)))
             releasable += seg->size;
-        pthread_mutex_unlock(&seg->owner->lock);
+        gp_stream_unlock(seg->owner);
     }
     size_t excess = reserved + bytes - cap;
     if (releasable >= excess)
@@ -455,9 +455,9 @@ static size_t release_idle_segments(gp_pool_state *p, uint64_t idle_before, int 
         if (seg->pages != NULL)
             continue;
         gp_stream_state *owner = seg->owner;
-        pthread_mutex_lock(&owner->lock);
+        gp_stream_lock(owner);
         bool idle = gp_segment_wholly_free(seg) && seg->first->free_since <= idle_before;
-        pthread_mutex_unlock(&owner->lock);
+        gp_stream_unlock(owner);
         if (!idle)
             continue;
         size_t size = seg->size;

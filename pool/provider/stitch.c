@@ -116,11 +116,11 @@ size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *sp
             if (seg->pages == NULL || seg->paused || (only != NULL && owner->tenant != only))
                 continue;
             bool others = taker != NULL && owner->tenant != taker;
-            pthread_mutex_lock(&owner->lock);
+            gp_stream_lock(owner);
             uint64_t done_upto = idle_only ? gp_stream_done(p, owner) : UINT64_MAX;
             got += unmap_in_range(p, seg, want - got, spot, spot_back, idle_before, done_upto, release, others,
                                   shared, rc);
-            pthread_mutex_unlock(&owner->lock);
+            gp_stream_unlock(owner);
         }
     }
     return got;

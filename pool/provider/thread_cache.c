@@ -144,14 +144,14 @@ static void on_thread_exit(void *arg)
         gp_tc_unlock(c, held);
         if (st == NULL)
             continue;
-        pthread_mutex_lock(&st->lock); /* stream, then cache: the lock order */
+        gp_stream_lock(st); /* stream, then cache: the lock order */
         held = gp_tc_lock(c);
         if (e->st == st) {
             fold(e);
             detach(e);
         }
         gp_tc_unlock(c, held);
-        pthread_mutex_unlock(&st->lock);
+        gp_stream_unlock(st);
     }
     pthread_mutex_unlock(&lifetime_lock);
     gp_tls_thread_cache = NULL;
@@ -196,11 +196,11 @@ static gp_tc_entry *attach(gp_thread_cache *c, gp_pool_state *p, gp_stream_state
     if (e == NULL) {
         gp_tc_entry *victim = &c->entries[c->next_victim++ % GP_TC_ENTRIES];
         gp_stream_state *old = victim->st;
-        if (pthread_mutex_trylock(&old->lock) != 0)
+        if (!gp_stream_trylock(old))
             return NULL;
         fold(victim);
         detach(victim);
-        pthread_mutex_unlock(&old->lock);
+        gp_stream_unlock(old);
         e = victim;
     }
     e->pool = p;

@@ -221,7 +221,7 @@ static void undo_growth(gp_pool_state *p, gp_stream_state *st, gp_segment *seg, 
 {
     if (n == 0)
         return;
-    pthread_mutex_lock(&st->lock);
+    gp_stream_lock(st);
     gp_block *b = seg->first;
     while (b != NULL && b->addr + b->size <= from)
         b = b->next;
@@ -229,7 +229,7 @@ static void undo_growth(gp_pool_state *p, gp_stream_state *st, gp_segment *seg, 
         int rc = GP_OK;
         gp_pages_unmap(p, st, seg, b, from, n, false, &rc);
     }
-    pthread_mutex_unlock(&st->lock);
+    gp_stream_unlock(st);
 }
 
 /*
@@ -262,10 +262,10 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small,
     int rc = GP_OK;
     uint64_t allocs = 0; /* st->num_allocs when the spot was planned (the invariant after the mapping) */
     for (;;) {
-        pthread_mutex_lock(&st->lock);
+        gp_stream_lock(st);
         spot = growth_plan(p, st, rsize, small, exact, &pages, &back);
         allocs = st->num_allocs;
-        pthread_mutex_unlock(&st->lock);
+        gp_stream_unlock(st);
         if (pages <= admitted)
             break;
         rc = gp_provider_admit(p, st->tenant, pages * p->page, rsize);
@@ -280,10 +280,10 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small,
     size_t charged = pages * p->page;
     if (p->ledger != NULL) {
         /* The charge may have given this pool's free pages back (to make room): find the spot again. */
-        pthread_mutex_lock(&st->lock);
+        gp_stream_lock(st);
         spot = growth_plan(p, st, rsize, small, exact, &pages, &back);
         allocs = st->num_allocs;
-        pthread_mutex_unlock(&st->lock);
+        gp_stream_unlock(st);
         if (pages * p->page > charged) {
             rc = gp_pool_ledger_charge(p, st->tenant, 0, pages * p->page - charged, false);
             if (rc != GP_OK) {
@@ -305,7 +305,7 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small,
     }
     if (p->cfg.defrag && pages > p->pooled_count && !gp_capture_underway()) /* stitching unmaps */
         gp_stitch(p, st, rsize, pages, spot, back);
-    pthread_mutex_lock(&st->lock);
+    gp_stream_lock(st);
     assert(spot->state == GP_BLOCK_UNMAPPED); /* only pool-lock holders change UNMAPPED blocks */
     gp_segment *grown = spot->segment;
     uintptr_t from = 0;
@@ -320,7 +320,7 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small,
     assert(exact != 0 || pages == 0 || done != pages || st->num_allocs != allocs ||
            gp_pages_block_at(grown, from)->size >= rsize);
     (void)allocs; /* builds without asserts (the benchmarks') */
-    pthread_mutex_unlock(&st->lock);
+    gp_stream_unlock(st);
     gp_pool_ledger_credit(p, st->tenant, 0, charged - done * p->page); /* what was not mapped */
     if (done == pages)
         return GP_OK;
@@ -336,18 +336,18 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small,
         undo_growth(p, st, grown, from, done); /* neither is used after: this branch returns */
         gp_pool_ledger_make_room(p, st->tenant, pages * p->page);
         gp_collect_all_pending(p);
-        pthread_mutex_lock(&st->lock);
+        gp_stream_lock(st);
         spot = growth_spot(p, st, rsize, small, exact == 0, &more, &back);
-        pthread_mutex_unlock(&st->lock);
+        gp_stream_unlock(st);
         if (spot != NULL && more <= admitted &&
             (rc = gp_pool_ledger_charge(p, st->tenant, 0, more * p->page, false)) == GP_OK) {
             gp_vmm_unmap_free_pages(p, more, spot, back, UINT64_MAX, false, &urc, NULL, st->tenant);
-            pthread_mutex_lock(&st->lock);
+            gp_stream_lock(st);
             assert(spot->state == GP_BLOCK_UNMAPPED);
             gp_segment *seg2 = spot->segment;
             uintptr_t from2 = 0;
             size_t again = map_spot(p, st, spot, back, more, &from2, &rc);
-            pthread_mutex_unlock(&st->lock);
+            gp_stream_unlock(st);
             gp_pool_ledger_credit(p, st->tenant, 0, (more - again) * p->page);
             if (again == more)
                 return GP_OK;
@@ -388,17 +388,17 @@ static gp_segment *steal_range(gp_pool_state *p, gp_stream_state *st, size_t siz
         if (best != NULL && seg->mapped_bytes >= best->mapped_bytes)
             continue;
         gp_stream_state *owner = seg->owner;
-        pthread_mutex_lock(&owner->lock);
+        gp_stream_lock(owner);
         bool usable = (seg->aliased == 0 ? gp_segment_unused(seg) : gp_alias_small_only_loans(p, seg)) &&
                       gp_stream_reusable(p, owner, st, range_free_seq(seg), false);
-        pthread_mutex_unlock(&owner->lock);
+        gp_stream_unlock(owner);
         if (usable)
             best = seg;
     }
     if (best == NULL)
         return NULL;
     gp_stream_state *owner = best->owner;
-    pthread_mutex_lock(&owner->lock);
+    gp_stream_lock(owner);
     /* the owner may have used it since; its small heap's loans end first (unmapping them synchronizes) */
     uint64_t seq = range_free_seq(best);
     bool done = gp_stream_done_upto(p, owner, seq);
@@ -414,7 +414,7 @@ static gp_segment *steal_range(gp_pool_state *p, gp_stream_state *st, size_t siz
         gp_tenant_charge(st->tenant, (int64_t)best->mapped_bytes);
         atomic_fetch_add(&p->num_stream_steals, 1);
     }
-    pthread_mutex_unlock(&owner->lock);
+    gp_stream_unlock(owner);
     if (taken)
         gp_segment_restamp(st, best, !done);
     return taken ? best : NULL;
@@ -440,9 +440,9 @@ static void collect_tenant_pending(gp_pool_state *p, gp_stream_state *st)
         gp_stream_state *o = p->streams.by_index[i];
         if (o == st || o->tenant != st->tenant || atomic_load_explicit(&o->pending_count, memory_order_relaxed) == 0)
             continue;
-        pthread_mutex_lock(&o->lock);
+        gp_stream_lock(o);
         gp_pending_collect(p, o, 0);
-        pthread_mutex_unlock(&o->lock);
+        gp_stream_unlock(o);
     }
 }
 
@@ -471,12 +471,12 @@ static gp_block *borrow(gp_pool_state *p, gp_stream_state *st, size_t rsize, siz
         if (o == st || o->handle == st->handle || o->tenant != st->tenant ||
             atomic_load_explicit(&o->pending_count, memory_order_relaxed) == 0)
             continue;
-        pthread_mutex_lock(&o->lock);
+        gp_stream_lock(o);
         gp_pending_collect(p, o, 0);
         gp_block *b = gp_block_map_reserve(&o->live) ? gp_pending_take_back(p, o, st, rsize, small) : NULL;
         if (b != NULL)
             lend_block(p, o, st, b, size);
-        pthread_mutex_unlock(&o->lock);
+        gp_stream_unlock(o);
         if (b != NULL)
             return b;
     }
@@ -484,7 +484,7 @@ static gp_block *borrow(gp_pool_state *p, gp_stream_state *st, size_t rsize, siz
         gp_stream_state *o = p->streams.by_index[i];
         if (o == st || o->handle == st->handle || o->tenant != st->tenant)
             continue;
-        pthread_mutex_lock(&o->lock);
+        gp_stream_lock(o);
         gp_heap *heap = gp_heap_of(o, small);
         const gp_block *b = NULL;
         if (o->lenders != NULL) /* its thread-cached blocks count as its quick-listed ones (free bytes) */
@@ -496,11 +496,11 @@ static gp_block *borrow(gp_pool_state *p, gp_stream_state *st, size_t rsize, siz
             lender = o;
             best = fit;
         }
-        pthread_mutex_unlock(&o->lock);
+        gp_stream_unlock(o);
     }
     if (lender == NULL)
         return NULL;
-    pthread_mutex_lock(&lender->lock);
+    gp_stream_lock(lender);
     gp_block *b = NULL;
     gp_heap *heap = gp_heap_of(lender, small);
     gp_block *fit = gp_block_map_reserve(&lender->live) ? gp_heap_best(heap, rsize) : NULL;
@@ -508,7 +508,7 @@ static gp_block *borrow(gp_pool_state *p, gp_stream_state *st, size_t rsize, siz
         b = gp_heap_take_block(heap, &lender->blocks, fit, rsize);
     if (b != NULL)
         lend_block(p, lender, st, b, size);
-    pthread_mutex_unlock(&lender->lock);
+    gp_stream_unlock(lender);
     return b;
 }
 
@@ -519,10 +519,10 @@ static gp_block *borrow(gp_pool_state *p, gp_stream_state *st, size_t rsize, siz
  */
 static size_t growth_beyond_pool(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small, size_t *need)
 {
-    pthread_mutex_lock(&st->lock);
+    gp_stream_lock(st);
     bool back;
     (void)growth_plan(p, st, rsize, small, 0, need, &back);
-    pthread_mutex_unlock(&st->lock);
+    gp_stream_unlock(st);
     return *need > p->pooled_count ? *need - p->pooled_count : 0;
 }
 
@@ -663,7 +663,7 @@ static gp_block *grow_and_stitch(gp_pool_state *p, gp_stream_state *st, size_t r
  */
 static bool small_pages_home(gp_pool_state *p, gp_stream_state *st)
 {
-    pthread_mutex_lock(&st->lock);
+    gp_stream_lock(st);
     bool lent = gp_alias_small_lent(p, st);
     if (lent) {
         if (st->lenders != NULL)
@@ -671,7 +671,7 @@ static bool small_pages_home(gp_pool_state *p, gp_stream_state *st)
         gp_heap_quick_flush(&st->small, &st->blocks);
         gp_alias_small_reclaim(p, st);
     }
-    pthread_mutex_unlock(&st->lock);
+    gp_stream_unlock(st);
     return lent;
 }
 

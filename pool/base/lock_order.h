@@ -1,0 +1,55 @@
+/*
+ * lock_order.h — the pool's lock order (pool/README.md, "Lock order"), checked at run time in builds
+ * with assertions, as jemalloc's witness.h checks its own: every thread records which ranked locks it
+ * holds, and a blocking acquire that breaks the order aborts, naming both locks, before it can
+ * deadlock (a deadlock needs two threads; the check needs only one to take the wrong path once). A
+ * trylock never waits, so it is never out of order; it is recorded when it succeeds. Builds without
+ * assertions (NDEBUG: the benchmarks') compile every function here to nothing.
+ *
+ * The order, lowest rank first: the pool lock; stream locks, in ascending stream index; the event
+ * pool's lock. A lock may be taken while holding only locks of a lower rank, or, for stream locks,
+ * only streams of a lower index. Unranked locks (the thread caches' biased locks, the history's, the
+ * allocation log's, the simulated GPU's, the ledger's) are leaves or taken by trylock, as the README says.
+ */
+#ifndef GP_LOCK_ORDER_H
+#define GP_LOCK_ORDER_H
+
+typedef enum {
+    GP_RANK_POOL = 1,       /* gp_pool_state.lock */
+    GP_RANK_STREAM = 2,     /* gp_stream_state.lock; `sub` is the stream's index */
+    GP_RANK_EVENT_POOL = 4, /* gp_event_pool.lock */
+} gp_lock_rank;
+
+#ifdef NDEBUG
+static inline void gp_order_lock(gp_lock_rank rank, unsigned sub)
+{
+    (void)rank;
+    (void)sub;
+}
+static inline void gp_order_locked(gp_lock_rank rank, unsigned sub)
+{
+    (void)rank;
+    (void)sub;
+}
+static inline void gp_order_unlock(gp_lock_rank rank, unsigned sub)
+{
+    (void)rank;
+    (void)sub;
+}
+static inline unsigned gp_order_held(void)
+{
+    return 0;
+}
+#else
+/* Before a blocking acquire of (rank, sub): aborts when this thread holds a lock that must come after
+ * it; then records it as held. */
+void gp_order_lock(gp_lock_rank rank, unsigned sub);
+/* After a trylock of (rank, sub) succeeded: records it as held (no check: it did not wait). */
+void gp_order_locked(gp_lock_rank rank, unsigned sub);
+/* After releasing (rank, sub): forgets it. Releasing a lock this thread does not hold aborts. */
+void gp_order_unlock(gp_lock_rank rank, unsigned sub);
+/* How many ranked locks this thread holds (tests). */
+unsigned gp_order_held(void);
+#endif
+
+#endif /* GP_LOCK_ORDER_H */
