@@ -25,12 +25,17 @@ static _Thread_local unsigned held_count, held_unrecorded;
 /* The lock's name as the README's lock order says it ("the lock of stream 3"), in `buf`. */
 static const char *lock_name(char *buf, size_t len, unsigned rank, unsigned sub)
 {
+    const char *name = "an unknown lock";
+    if (rank == GP_RANK_POOL)
+        name = "the pool lock";
+    else if (rank == GP_RANK_THREAD_CACHE)
+        name = "a thread cache's lock";
+    else if (rank == GP_RANK_EVENT_POOL)
+        name = "the event pool's lock";
     if (rank == GP_RANK_STREAM)
         snprintf(buf, len, "the lock of stream %u", sub);
     else
-        snprintf(buf, len, "%s", rank == GP_RANK_POOL         ? "the pool lock"
-                                 : rank == GP_RANK_EVENT_POOL ? "the event pool's lock"
-                                                              : "an unknown lock");
+        snprintf(buf, len, "%s", name);
     return buf;
 }
 
@@ -52,7 +57,7 @@ void gp_order_lock(gp_lock_rank rank, unsigned sub)
         char taking[40], holding[40];
         fprintf(stderr,
                 "gpupool: lock order broken: taking %s while holding %s (pool/README.md, \"Lock order\": the "
-                "pool lock, then stream locks by ascending index, then the event pool's)\n",
+                "pool lock, stream locks by ascending index, a thread cache's, the event pool's)\n",
                 lock_name(taking, sizeof taking, rank, sub), lock_name(holding, sizeof holding, h->rank, h->sub));
         abort();
     }

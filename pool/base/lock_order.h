@@ -6,10 +6,11 @@
  * trylock never waits, so it is never out of order; it is recorded when it succeeds. Builds without
  * assertions (NDEBUG: the benchmarks') compile every function here to nothing.
  *
- * The order, lowest rank first: the pool lock; stream locks, in ascending stream index; the event
- * pool's lock. A lock may be taken while holding only locks of a lower rank, or, for stream locks,
- * only streams of a lower index. Unranked locks (the thread caches' biased locks, the history's, the
- * allocation log's, the simulated GPU's, the ledger's) are leaves or taken by trylock, as the README says.
+ * The order, lowest rank first: the pool lock; stream locks, in ascending stream index; a thread
+ * cache's lock; the event pool's lock. A lock may be taken while holding only locks of a lower rank,
+ * or, for stream locks, only streams of a lower index. Unranked locks (the history's, the allocation
+ * log's, the capture lock, the simulated GPU's, the ledger's) are leaves or come before all of these,
+ * as the README says.
  */
 #ifndef GP_LOCK_ORDER_H
 #define GP_LOCK_ORDER_H
@@ -17,6 +18,7 @@
 typedef enum {
     GP_RANK_POOL = 1,       /* gp_pool_state.lock */
     GP_RANK_STREAM = 2,     /* gp_stream_state.lock; `sub` is the stream's index */
+    GP_RANK_THREAD_CACHE = 3, /* gp_thread_cache.lock (a biased lock), one at a time */
     GP_RANK_EVENT_POOL = 4, /* gp_event_pool.lock */
 } gp_lock_rank;
 

@@ -122,12 +122,14 @@ extern _Thread_local gp_thread_cache *gp_tls_thread_cache;
  * locked: its thread's fast path (biased_lock.h). */
 static inline gp_bl_hold gp_tc_lock_own(gp_thread_cache *c)
 {
+    gp_order_lock(GP_RANK_THREAD_CACHE, 0); /* the lock order (base/lock_order.h), in builds with asserts */
     return gp_biased_lock_take_owner(&c->lock);
 }
 
 /* Any thread's cache c, locked: its owner's way when the caller is its thread, else another's. */
 static inline gp_bl_hold gp_tc_lock(gp_thread_cache *c)
 {
+    gp_order_lock(GP_RANK_THREAD_CACHE, 0);
     if (c == gp_tls_thread_cache)
         return gp_biased_lock_take_owner(&c->lock);
     gp_biased_lock_take_other(&c->lock);
@@ -137,6 +139,7 @@ static inline gp_bl_hold gp_tc_lock(gp_thread_cache *c)
 static inline void gp_tc_unlock(gp_thread_cache *c, gp_bl_hold how)
 {
     gp_biased_lock_drop(&c->lock, how);
+    gp_order_unlock(GP_RANK_THREAD_CACHE, 0);
 }
 
 /* c's entry for st of p, or NULL (c locked). */

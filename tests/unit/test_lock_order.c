@@ -23,9 +23,11 @@ Test(lock_order, the_documented_order_passes_and_leaves_nothing_held)
     gp_order_lock(GP_RANK_STREAM, 0);
     gp_order_lock(GP_RANK_STREAM, 2);
     gp_order_lock(GP_RANK_STREAM, 7);
+    gp_order_lock(GP_RANK_THREAD_CACHE, 0);
     gp_order_lock(GP_RANK_EVENT_POOL, 0);
-    cr_assert_eq(gp_order_held(), 5);
+    cr_assert_eq(gp_order_held(), 6);
     /* released in any order */
+    gp_order_unlock(GP_RANK_THREAD_CACHE, 0);
     gp_order_unlock(GP_RANK_STREAM, 2);
     gp_order_unlock(GP_RANK_EVENT_POOL, 0);
     gp_order_unlock(GP_RANK_POOL, 0);
@@ -46,7 +48,11 @@ Test(lock_order, a_trylock_is_never_out_of_order)
     gp_order_lock(GP_RANK_STREAM, 5);
     gp_order_locked(GP_RANK_STREAM, 1); /* a lower index, by trylock (gp_alias_unshare) */
     gp_order_locked(GP_RANK_POOL, 0);   /* the pool, by trylock (gp_free's maintenance) */
-    cr_assert_eq(gp_order_held(), 3);
+    gp_order_lock(GP_RANK_THREAD_CACHE, 0);
+    gp_order_locked(GP_RANK_STREAM, 0); /* under a thread cache's lock, by trylock (its entry's victim) */
+    cr_assert_eq(gp_order_held(), 5);
+    gp_order_unlock(GP_RANK_STREAM, 0);
+    gp_order_unlock(GP_RANK_THREAD_CACHE, 0);
     gp_order_unlock(GP_RANK_POOL, 0);
     gp_order_unlock(GP_RANK_STREAM, 1);
     gp_order_unlock(GP_RANK_STREAM, 5);
@@ -79,6 +85,16 @@ Test(lock_order, the_same_stream_twice_aborts, .signal = SIGABRT)
     SKIP_WITHOUT_ASSERTS();
     gp_order_lock(GP_RANK_STREAM, 4);
     gp_order_lock(GP_RANK_STREAM, 4);
+#ifndef NDEBUG
+    cr_assert_fail("not reached");
+#endif
+}
+
+Test(lock_order, a_stream_under_a_thread_cache_aborts, .signal = SIGABRT)
+{
+    SKIP_WITHOUT_ASSERTS();
+    gp_order_lock(GP_RANK_THREAD_CACHE, 0);
+    gp_order_lock(GP_RANK_STREAM, 1);
 #ifndef NDEBUG
     cr_assert_fail("not reached");
 #endif
