@@ -704,27 +704,24 @@ static gp_block *tenant_best_fit(gp_pool_state *p, gp_stream_state *st, size_t r
     return own_fit != 0 ? borrow(p, st, rsize, size, small, own_fit) : NULL;
 }
 
-/* The allocation slow path on a virtual memory backend, in this order: where st's own heap fits a large
- * request only loosely, a tighter idle block of another stream of its tenant (tenant_best_fit); st's own
- * heap, after taking back, with loans:on, its pages held for other streams' idle stitched ranges
- * (alias.h: loans), and, for a large request, the pages its small heap has on loan and no longer uses
- * (small_pages_home); a stitched range of st whose homes are free (or held for it); another stream's
- * unused range (it changes owner with its pages); borrowing another stream's idle free block (all of
- * these without a device or map call); for a small request, an alias of a free page at the frontier of
- * st's large ranges (no new memory; alias.c); for a large one, the small heap's loans still in use
- * become its own (gp_alias_small_keep), then a new stitched range of st's own free pages (map calls, no
- * new memory); with loans:on, where growth would pass the cache cap, a new or repaired stitched range
- * that also maps other idle streams' free pages (map calls once, no new memory); a stitched range of
- * st's free pages and the pages they lack, grown for it (grow_and_stitch); with loans:on, where growth
- * would raise the pool's high-water mark, the same loan (growth_raises_peak); growth in place from
- * pooled, new or moved pages. A fast path on st may take the new memory between growth and adoption, so
- * growth is retried. */
+/*
+ * The allocation slow path on a virtual memory backend: one chain, cheapest first, each step tried
+ * only where the ones before it found nothing. Steps 1-5 make no device call and no map call; 6, 7 and
+ * 9 map or unmap pages the pool already has (no new memory); 8 may, and 10 does, make new pages where
+ * the pool has too few. A fast path on st may take the new memory between growth and adoption, so
+ * growth is retried.
+ */
 static int alloc_vmm(gp_pool_state *p, gp_stream_state *st, size_t size, size_t rsize, bool small, size_t own_fit,
                      void **out)
 {
     bool alias = p->cfg.defrag && p->cfg.alias && !small, alias_small = p->cfg.defrag && p->cfg.alias && small;
     bool lend = alias && p->cfg.loans; /* other streams' free pages, stitched in place */
+    /* 1. Where st's own heap fits a large request only loosely: a tighter idle block of another
+     *    stream of its tenant (tenant_best_fit; off by default). */
     gp_block *b = tenant_best_fit(p, st, rsize, size, small, own_fit);
+    /* 2. st's own heap, as the fast path saw it, and again after taking back (loans:on) its pages
+     *    held for other streams' idle stitched ranges (alias.h: loans) and, for a large request, the
+     *    pages its small heap has on loan and no longer uses (small_pages_home). */
     if (b == NULL)
         b = gp_provider_take(p, st, NULL, small, rsize, size);
     gp_segment *seg;
@@ -732,18 +729,25 @@ static int alloc_vmm(gp_pool_state *p, gp_stream_state *st, size_t size, size_t 
         b = gp_provider_take(p, st, NULL, small, rsize, size);
     if (b == NULL && alias && small_pages_home(p, st))
         b = gp_provider_take(p, st, NULL, false, rsize, size);
+    /* 3. A stitched range of st whose homes are free (or held for it). */
     if (b == NULL && alias)
         b = gp_alias_take(p, st, rsize, size);
+    /* 4. Another stream's unused range: it changes owner with its pages (steal_range). */
     if (b == NULL && (seg = steal_range(p, st, rsize, small)) != NULL)
         b = gp_provider_take(p, st, seg, small, rsize, size);
+    /* 5. Another stream's idle free block, borrowed (borrow). */
     if (b == NULL && p->cfg.borrow)
         b = borrow(p, st, rsize, size, small, SIZE_MAX);
+    /* 6. A small request: an alias of a free page at the frontier of st's large ranges (alias.c). */
     if (b == NULL && alias_small && !gp_capture_underway())
         b = gp_alias_small_grow(p, st, rsize, size);
-    /* The large heap must make memory: pages its small heap has on loan from the frontier and still
-     * uses become the small heap's own, so that growth in place extends the frontier (alias.c). */
+    /* 7. The large heap must make memory: pages its small heap has on loan from the frontier and still
+     *    uses become the small heap's own, so that growth in place extends the frontier (alias.c). */
     if (b == NULL && alias && !gp_capture_underway()) /* it may unmap */
         gp_alias_small_keep(p, st);
+    /* 8. Where stitching pays: a new stitched range of st's own free pages; with loans:on, where growth
+     *    would pass the cache cap, one that also maps other idle streams' free pages; else a stitched
+     *    range of st's free pages and the pages they lack, grown for it (grow_and_stitch). */
     if (b == NULL && alias && !gp_capture_underway() && stitching_pays(p, st, rsize)) { /* it may unmap */
         b = gp_alias_stitch(p, st, rsize, size, false);
         if (b == NULL && lend && stitch_waste_fits(p, rsize) && growth_passes_cap(p, st, rsize, small)) {
@@ -755,12 +759,14 @@ static int alloc_vmm(gp_pool_state *p, gp_stream_state *st, size_t size, size_t 
         if (b == NULL)
             b = grow_and_stitch(p, st, rsize, size);
     }
+    /* 9. With loans:on, where growth would raise the pool's high-water mark: the same loan. */
     if (b == NULL && lend && !gp_capture_underway() && stitch_waste_fits(p, rsize) &&
         tenant_has_other_streams(p, st) && growth_raises_peak(p, st, rsize, small)) { /* it may unmap */
         collect_tenant_pending(p, st);
         gp_alias_reclaim(p, NULL);
         b = gp_alias_stitch(p, st, rsize, size, true);
     }
+    /* 10. Growth in place, from pooled, moved (stitch.c) or new pages (grow). */
     int rc = GP_OK;
     for (int attempt = 0; b == NULL && attempt < 3; attempt++) {
         rc = grow(p, st, rsize, small, 0);
