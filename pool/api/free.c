@@ -322,7 +322,7 @@ GP_API int gp_record_stream(gp_pool *pool, void *ptr, gp_stream stream)
     uintptr_t addr = (uintptr_t)ptr;
     gp_stream_state *owner = owner_of_live(p, addr);
     if (owner != NULL && owner->handle == stream) { /* its own stream: nothing to record, but a */
-        gp_stream_lock(owner);           /* borrowed block's owner fence must cover it now */
+        gp_stream_lock(owner); /* borrowed block's owner fence must cover it now */
         gp_block *b = gp_block_map_find(&owner->live, addr);
         if (b != NULL)
             b->borrowed = false;

@@ -16,10 +16,10 @@
 #define GP_LOCK_ORDER_H
 
 typedef enum {
-    GP_RANK_POOL = 1,       /* gp_pool_state.lock */
-    GP_RANK_STREAM = 2,     /* gp_stream_state.lock; `sub` is the stream's index */
+    GP_RANK_POOL = 1,         /* gp_pool_state.lock */
+    GP_RANK_STREAM = 2,       /* gp_stream_state.lock; `sub` is the stream's index */
     GP_RANK_THREAD_CACHE = 3, /* gp_thread_cache.lock (a biased lock), one at a time */
-    GP_RANK_EVENT_POOL = 4, /* gp_event_pool.lock */
+    GP_RANK_EVENT_POOL = 4,   /* gp_event_pool.lock */
 } gp_lock_rank;
 
 #ifdef NDEBUG

@@ -82,8 +82,8 @@ typedef struct gp_stream_state {
 } gp_stream_state;
 
 /* A stream's lock, taken and released through these so that builds with assertions check the lock
- * order (base/lock_order.h): several streams' locks only by ascending index, none under the event
- * pool's lock. gp_stream_trylock may take any (it never waits); true when it did. */
+ * order (base/lock_order.h): several streams' locks only by ascending index, none under a thread
+ * cache's or the event pool's lock. gp_stream_trylock may take any (it never waits); true when it did. */
 static inline void gp_stream_lock(gp_stream_state *st)
 {
     gp_order_lock(GP_RANK_STREAM, st->index);

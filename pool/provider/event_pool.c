@@ -8,6 +8,19 @@
 #include "base/error.h"
 #include "base/lock_order.h"
 
+/* The event pool's lock, ranked last in the lock order (base/lock_order.h). */
+static void lock_pool(gp_event_pool *ep)
+{
+    gp_order_lock(GP_RANK_EVENT_POOL, 0);
+    pthread_mutex_lock(&ep->lock);
+}
+
+static void unlock_pool(gp_event_pool *ep)
+{
+    pthread_mutex_unlock(&ep->lock);
+    gp_order_unlock(GP_RANK_EVENT_POOL, 0);
+}
+
 void gp_event_pool_init(gp_event_pool *ep, const gp_backend_ops *ops, void *ctx)
 {
     pthread_mutex_init(&ep->lock, NULL);
@@ -20,12 +33,10 @@ void gp_event_pool_init(gp_event_pool *ep, const gp_backend_ops *ops, void *ctx)
 
 int gp_event_pool_get(gp_event_pool *ep, gp_event *out)
 {
-    gp_order_lock(GP_RANK_EVENT_POOL, 0);
-    pthread_mutex_lock(&ep->lock);
+    lock_pool(ep);
     if (ep->idle_count > 0) {
         *out = ep->idle[--ep->idle_count];
-        pthread_mutex_unlock(&ep->lock);
-        gp_order_unlock(GP_RANK_EVENT_POOL, 0);
+        unlock_pool(ep);
         return GP_OK;
     }
     /* Make room now so that gp_event_pool_put can never fail. */
@@ -33,8 +44,7 @@ int gp_event_pool_get(gp_event_pool *ep, gp_event *out)
         size_t capacity = ep->idle_capacity ? ep->idle_capacity * 2 : 16;
         gp_event *idle = realloc(ep->idle, capacity * sizeof *idle);
         if (idle == NULL) {
-            pthread_mutex_unlock(&ep->lock);
-            gp_order_unlock(GP_RANK_EVENT_POOL, 0);
+            unlock_pool(ep);
             return gp_error_set(GP_ERR_INVALID, "out of host memory for the event pool");
         }
         ep->idle = idle;
@@ -46,19 +56,16 @@ int gp_event_pool_get(gp_event_pool *ep, gp_event *out)
         ep->created++;
         *out = ev;
     }
-    pthread_mutex_unlock(&ep->lock);
-    gp_order_unlock(GP_RANK_EVENT_POOL, 0);
+    unlock_pool(ep);
     return rc;
 }
 
 void gp_event_pool_put(gp_event_pool *ep, gp_event ev)
 {
-    gp_order_lock(GP_RANK_EVENT_POOL, 0);
-    pthread_mutex_lock(&ep->lock);
+    lock_pool(ep);
     /* idle_capacity >= created > idle_count: room was made when the event was created */
     ep->idle[ep->idle_count++] = ev;
-    pthread_mutex_unlock(&ep->lock);
-    gp_order_unlock(GP_RANK_EVENT_POOL, 0);
+    unlock_pool(ep);
 }
 
 uint64_t gp_event_pool_destroy(gp_event_pool *ep, uint64_t *failed)

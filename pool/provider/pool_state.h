@@ -119,7 +119,8 @@ typedef struct gp_pool_state {
 } gp_pool_state;
 
 /* The pool lock, through these so that builds with assertions check the lock order
- * (base/lock_order.h): never under a stream's or the event pool's lock, except by trylock. */
+ * (base/lock_order.h): never under another ranked lock (a stream's, a thread cache's, the event
+ * pool's), except by trylock. */
 static inline void gp_pool_lock(gp_pool_state *p)
 {
     gp_order_lock(GP_RANK_POOL, 0);
