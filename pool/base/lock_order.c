@@ -12,6 +12,7 @@
 #ifndef NDEBUG
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define GP_ORDER_ROOM 512
 
@@ -21,6 +22,16 @@ typedef struct {
 
 static _Thread_local held_lock held[GP_ORDER_ROOM];
 static _Thread_local unsigned held_count, held_unrecorded;
+
+bool gp_order_on;
+
+/* At load, before any pool exists, so before any lock is held: turning the record on later could see
+ * a release of a lock taken unrecorded. */
+__attribute__((constructor)) static void read_switch(void)
+{
+    const char *v = getenv("GPUPOOL_CHECK_LOCK_ORDER");
+    gp_order_on = v != NULL && strcmp(v, "1") == 0;
+}
 
 /* The lock's name as the README's lock order says it ("the lock of stream 3"), in `buf`. */
 static const char *lock_name(char *buf, size_t len, unsigned rank, unsigned sub)
@@ -39,7 +50,7 @@ static const char *lock_name(char *buf, size_t len, unsigned rank, unsigned sub)
     return buf;
 }
 
-static void record(gp_lock_rank rank, unsigned sub)
+void gp_order_record(gp_lock_rank rank, unsigned sub)
 {
     if (held_count == GP_ORDER_ROOM) {
         held_unrecorded++;
@@ -48,7 +59,7 @@ static void record(gp_lock_rank rank, unsigned sub)
     held[held_count++] = (held_lock){(unsigned)rank, sub};
 }
 
-void gp_order_lock(gp_lock_rank rank, unsigned sub)
+void gp_order_check_and_record(gp_lock_rank rank, unsigned sub)
 {
     for (unsigned i = 0; i < held_count; i++) {
         const held_lock *h = &held[i];
@@ -61,15 +72,10 @@ void gp_order_lock(gp_lock_rank rank, unsigned sub)
                 lock_name(taking, sizeof taking, rank, sub), lock_name(holding, sizeof holding, h->rank, h->sub));
         abort();
     }
-    record(rank, sub);
+    gp_order_record(rank, sub);
 }
 
-void gp_order_locked(gp_lock_rank rank, unsigned sub)
-{
-    record(rank, sub);
-}
-
-void gp_order_unlock(gp_lock_rank rank, unsigned sub)
+void gp_order_forget(gp_lock_rank rank, unsigned sub)
 {
     for (unsigned i = held_count; i-- > 0;) {
         if (held[i].rank != (unsigned)rank || held[i].sub != sub)

@@ -3,8 +3,14 @@
  * with assertions, as jemalloc's witness.h checks its own: every thread records which ranked locks it
  * holds, and a blocking acquire that breaks the order aborts, naming both locks, before it can
  * deadlock (a deadlock needs two threads; the check needs only one to take the wrong path once). A
- * trylock never waits, so it is never out of order; it is recorded when it succeeds. Builds without
- * assertions (NDEBUG: the benchmarks') compile every function here to nothing.
+ * trylock never waits, so it is never out of order; it is recorded when it succeeds.
+ *
+ * Where it runs: in builds with assertions, when the process starts with GPUPOOL_CHECK_LOCK_ORDER=1,
+ * which every CTest test sets (gpupool_check_lock_order in CMakeLists.txt). Builds with assertions are
+ * also what serves real work by default, and recording every lock made the cached allocate+free pair
+ * 2.6x jemalloc's where it was 1.4-2.7x (bench/RESULTS.md, session 43): elsewhere each function here
+ * is one branch on a flag set once at load. Builds without assertions (NDEBUG: the benchmarks')
+ * compile them out.
  *
  * The order, lowest rank first: the pool lock; stream locks, in ascending stream index; a thread
  * cache's lock; the event pool's lock. A lock may be taken while holding only locks of a lower rank,
@@ -43,13 +49,38 @@ static inline unsigned gp_order_held(void)
     return 0;
 }
 #else
+#include <stdbool.h>
+
+/* Whether the check runs: set when the library loads, before any lock can be held, and never again
+ * (tests/unit/test_lock_order.c, holding none, sets it too). */
+extern bool gp_order_on;
+
+void gp_order_check_and_record(gp_lock_rank rank, unsigned sub);
+void gp_order_record(gp_lock_rank rank, unsigned sub);
+void gp_order_forget(gp_lock_rank rank, unsigned sub);
+
 /* Before a blocking acquire of (rank, sub): aborts when this thread holds a lock that must come after
  * it; then records it as held. */
-void gp_order_lock(gp_lock_rank rank, unsigned sub);
+static inline void gp_order_lock(gp_lock_rank rank, unsigned sub)
+{
+    if (gp_order_on)
+        gp_order_check_and_record(rank, sub);
+}
+
 /* After a trylock of (rank, sub) succeeded: records it as held (no check: it did not wait). */
-void gp_order_locked(gp_lock_rank rank, unsigned sub);
+static inline void gp_order_locked(gp_lock_rank rank, unsigned sub)
+{
+    if (gp_order_on)
+        gp_order_record(rank, sub);
+}
+
 /* After releasing (rank, sub): forgets it. Releasing a lock this thread does not hold aborts. */
-void gp_order_unlock(gp_lock_rank rank, unsigned sub);
+static inline void gp_order_unlock(gp_lock_rank rank, unsigned sub)
+{
+    if (gp_order_on)
+        gp_order_forget(rank, sub);
+}
+
 /* How many ranked locks this thread holds (tests). */
 unsigned gp_order_held(void);
 #endif

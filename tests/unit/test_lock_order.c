@@ -7,6 +7,7 @@
  */
 #include <criterion/criterion.h>
 #include <signal.h>
+#include <stdlib.h>
 
 #include "base/lock_order.h"
 
@@ -15,6 +16,33 @@
 #else
 #define SKIP_WITHOUT_ASSERTS() (void)0
 #endif
+
+/* Each test runs in a process of its own that holds no lock yet: the check may be turned on there. */
+static void check_on(void)
+{
+#ifndef NDEBUG
+    gp_order_on = true;
+#endif
+}
+
+TestSuite(lock_order, .init = check_on);
+
+/* CTest runs every test with GPUPOOL_CHECK_LOCK_ORDER=1 (CMakeLists.txt), and the library reads it as
+ * it loads: the whole suite runs with the check on (a suite of its own, without check_on). */
+Test(lock_order_switch, ctest_turns_the_check_on)
+{
+    SKIP_WITHOUT_ASSERTS();
+    const char *v = getenv("GPUPOOL_CHECK_LOCK_ORDER");
+    if (v == NULL)
+        cr_skip_test("run outside CTest");
+    cr_assert_str_eq(v, "1");
+#ifndef NDEBUG
+    cr_assert(gp_order_on, "set as the library loaded");
+#endif
+    gp_order_lock(GP_RANK_STREAM, 0);
+    cr_assert_eq(gp_order_held(), 1, "recorded");
+    gp_order_unlock(GP_RANK_STREAM, 0);
+}
 
 Test(lock_order, the_documented_order_passes_and_leaves_nothing_held)
 {
