@@ -36,6 +36,7 @@ echo "==> fuzz.sh: built $dir in $((SECONDS - start)) s"
 export ASAN_OPTIONS="halt_on_error=1:abort_on_error=1:detect_leaks=1:protect_shadow_gap=0:${ASAN_OPTIONS:-}"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:${UBSAN_OPTIONS:-}"
 unset GPUPOOL_CONF
+export GPUPOOL_CHECK_LOCK_ORDER=1 # the lock order checked on every path an input drives (pool/base/lock_order.h)
 
 mkdir -p "$dir/fuzz-crashes"
 failed=()
