@@ -12,9 +12,9 @@
  *   2. stitching (defrag:on): whole free pages cut out of FREE blocks anywhere in the pool, unmapped
  *      and mapped again where they make one contiguous block (the idea of GMLake, ASPLOS 2024);
  *   3. the device (phys_create).
- * Before any of these, a stream whose heap misses takes another stream's unused range (steal_range)
- * or borrows another stream's idle free block (borrow): memory moves between streams without a device
- * or map call. Moved pages change owner and address but never contents that matter: only pages inside
+ * Before any of these, a stream whose heap misses takes another stream's unused range or borrows
+ * another stream's idle free block (provider/vmm_streams.c): memory moves between streams without a
+ * device or map call. Moved pages change owner and address but never contents that matter: only pages inside
  * FREE blocks move, and unmap waits for all device work first, so no stream can still be using them.
  *
  * Pages are mapped and unmapped in runs (provider/pages.c) and every change leaves the pool
@@ -39,6 +39,7 @@
 #include "provider/pages.h"
 #include "provider/pool_ledger.h"
 #include "provider/vmm.h"
+#include "provider/vmm_streams.h"
 
 /* ---- growth ----------------------------------------------------------------------------------- */
 
@@ -360,159 +361,6 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small,
     return rc != GP_OK ? rc : gp_error_set(GP_ERR_OOM, "could not map %zu pages", pages);
 }
 
-/* The latest free stamp among the FREE blocks of seg (owner locked): its fence covers them all then. */
-static uint64_t range_free_seq(const gp_segment *seg)
-{
-    uint64_t seq = 0;
-    for (const gp_block *b = seg->first; b != NULL; b = b->next)
-        if (b->state == GP_BLOCK_FREE && b->free_seq > seq)
-            seq = b->free_seq;
-    return seq;
-}
-
-/*
- * Takes the range of another stream of st's tenant with the fewest mapped bytes that holds `size`
- * bytes and nothing live (every block FREE or UNMAPPED: gp_segment_unused), once its owner's work is
- * done or st's stream waits on it (gp_stream_reusable): the range changes owner with its mapped pages
- * and its UNMAPPED address space, so the new owner can also grow it in place. Returned with owner == st and its FREE blocks on no list
- * (gp_provider_take puts them in st's heap). NULL when none may be taken.
- */
-static gp_segment *steal_range(gp_pool_state *p, gp_stream_state *st, size_t size, bool small)
-{
-    gp_segment *best = NULL;
-    for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
-        /* Ranges with aliases stay with their owner (alias.h: homes and aliases share one stream),
-         * unless the aliases are only its owner's small heap's loans, which end first (alias.c). */
-        if (seg->stitched || seg->owner == st || seg->small != small || seg->paused ||
-            seg->pages == NULL || seg->mapped_bytes < size || seg->owner->tenant != st->tenant)
-            continue;
-        if (best != NULL && seg->mapped_bytes >= best->mapped_bytes)
-            continue;
-        gp_stream_state *owner = seg->owner;
-        gp_stream_lock(owner);
-        bool usable = (seg->aliased == 0 ? gp_segment_unused(seg) : gp_alias_small_only_loans(p, seg)) &&
-                      gp_stream_reusable(p, owner, st, range_free_seq(seg), false);
-        gp_stream_unlock(owner);
-        if (usable)
-            best = seg;
-    }
-    if (best == NULL)
-        return NULL;
-    gp_stream_state *owner = best->owner;
-    gp_stream_lock(owner);
-    /* the owner may have used it since; its small heap's loans end first (unmapping them synchronizes) */
-    uint64_t seq = range_free_seq(best);
-    bool done = gp_stream_done_upto(p, owner, seq);
-    bool taken = (best->aliased == 0 || gp_alias_small_only_loans(p, best)) &&
-                 (done || gp_stream_reusable(p, owner, st, seq, true)) && gp_alias_small_recall(p, best) &&
-                 gp_segment_unused(best);
-    if (taken) {
-        for (gp_block *b = best->first; b != NULL; b = b->next)
-            if (b->state == GP_BLOCK_FREE)
-                gp_heap_remove(gp_heap_of(owner, small), b);
-        best->owner = st;
-        gp_tenant_charge(owner->tenant, -(int64_t)best->mapped_bytes);
-        gp_tenant_charge(st->tenant, (int64_t)best->mapped_bytes);
-        atomic_fetch_add(&p->num_stream_steals, 1);
-    }
-    gp_stream_unlock(owner);
-    if (taken)
-        gp_segment_restamp(st, best, !done);
-    return taken ? best : NULL;
-}
-
-/* Hands out b, a block of lender (locked), to st: LIVE in lender's map, with st as its user. */
-static void lend_block(gp_pool_state *p, gp_stream_state *lender, gp_stream_state *st, gp_block *b, size_t size)
-{
-    gp_hand_out(p, lender, b, size);
-    gp_block_uses(b)[0] = st; /* capacity >= GP_BLOCK_INLINE_USES >= 1 */
-    b->use_count = 1;
-    b->borrowed = true;
-}
-
-/* Returns to their heaps the completed pending frees of st's tenant's other streams, each locked
- * alone: what they lent st comes back PENDING on st's events, so their free blocks (what borrowing
- * takes) and whole free pages (what a stitched range with loans maps) include it only once collected.
- * Pool lock held. */
-static void collect_tenant_pending(gp_pool_state *p, gp_stream_state *st)
-{
-    unsigned count = atomic_load(&p->streams.count);
-    for (unsigned i = 0; i < count; i++) {
-        gp_stream_state *o = p->streams.by_index[i];
-        if (o == st || o->tenant != st->tenant || atomic_load_explicit(&o->pending_count, memory_order_relaxed) == 0)
-            continue;
-        gp_stream_lock(o);
-        gp_pending_collect(p, o, 0);
-        gp_stream_unlock(o);
-    }
-}
-
-/*
- * Borrowing: the smallest free block that fits among the heaps (of kind `small`) of the other streams of
- * st's tenant whose work is done, or whose work st's stream then waits on (gp_stream_reusable: the
- * lender's fence event), handed out to st without a device or map call. The
- * block stays in its lender's range and live map, with st recorded as its user, so that its free on st
- * takes the cross-stream path (api/free.c): it becomes PENDING on an event recorded on st and returns
- * to the lender's heap once st's work on it has completed. Several models (or replicas) on one GPU
- * take turns at their peaks; borrowing lets one stream's peak use another's idle cache where it lies,
- * so that the streams together need about the memory of their combined peak instead of the sum of
- * their own peaks, and nothing has to be unmapped or mapped again to move it. Only a block smaller than
- * `below` is lent (SIZE_MAX: any; tenant_best_fit).
- */
-static gp_block *borrow(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t size, bool small, size_t below)
-{
-    gp_stream_state *lender = NULL;
-    size_t best = 0;
-    unsigned count = atomic_load(&p->streams.count);
-    /* First what st borrowed and freed and its own stream may still be using (no wait); what is done
-     * goes back to its lender's heap first, to be lent by best fit as any free block (measured: taking
-     * back done blocks too held more memory with idle streams, set L 1.0201 -> 1.0238). */
-    for (unsigned i = 0; i < count; i++) {
-        gp_stream_state *o = p->streams.by_index[i];
-        if (o == st || o->handle == st->handle || o->tenant != st->tenant ||
-            atomic_load_explicit(&o->pending_count, memory_order_relaxed) == 0)
-            continue;
-        gp_stream_lock(o);
-        gp_pending_collect(p, o, 0);
-        gp_block *b = gp_block_map_reserve(&o->live) ? gp_pending_take_back(p, o, st, rsize, small) : NULL;
-        if (b != NULL)
-            lend_block(p, o, st, b, size);
-        gp_stream_unlock(o);
-        if (b != NULL)
-            return b;
-    }
-    for (unsigned i = 0; i < count; i++) {
-        gp_stream_state *o = p->streams.by_index[i];
-        if (o == st || o->handle == st->handle || o->tenant != st->tenant)
-            continue;
-        gp_stream_lock(o);
-        gp_heap *heap = gp_heap_of(o, small);
-        const gp_block *b = NULL;
-        if (o->lenders != NULL) /* its thread-cached blocks count as its quick-listed ones (free bytes) */
-            gp_thread_cache_return(p, o);
-        if (heap->free_bytes >= rsize) /* its completed pending frees were collected in the loop above */
-            b = gp_heap_best(heap, rsize);
-        size_t fit = b != NULL && b->size < below ? b->size : 0;
-        if (fit != 0 && (best == 0 || fit < best) && gp_stream_reusable(p, o, st, b->free_seq, false)) {
-            lender = o;
-            best = fit;
-        }
-        gp_stream_unlock(o);
-    }
-    if (lender == NULL)
-        return NULL;
-    gp_stream_lock(lender);
-    gp_block *b = NULL;
-    gp_heap *heap = gp_heap_of(lender, small);
-    gp_block *fit = gp_block_map_reserve(&lender->live) ? gp_heap_best(heap, rsize) : NULL;
-    if (fit != NULL && fit->size < below && gp_stream_reusable(p, lender, st, fit->free_seq, true))
-        b = gp_heap_take_block(heap, &lender->blocks, fit, rsize);
-    if (b != NULL)
-        lend_block(p, lender, st, b, size);
-    gp_stream_unlock(lender);
-    return b;
-}
-
 /*
  * The pages a growth in place of st's heap of kind `small` for rsize would map (*need; a new range
  * needs every page), and how many of them the page pool cannot supply, returned: those are new memory,
@@ -592,8 +440,9 @@ static bool growth_passes_cap(gp_pool_state *p, gp_stream_state *st, size_t rsiz
  * is done. This is the cap's own rule ("past the cap, lend rather than grow") applied where the peak,
  * rather than the cap, is at stake. The caller tries it only where st's tenant has another stream
  * (tenant_has_other_streams): alone, there is nothing to lend, and the stitch with loans would only
- * repair st's own idle stitched ranges, unmapping and mapping for no memory saved. In a loop that repeats its step, growth past the mark comes in the first
- * steps, so the rule acts there; what follows is the loans' own steady state (alias.h). Measured on
+ * repair st's own idle stitched ranges, unmapping and mapping for no memory saved. In a loop that
+ * repeats its step, growth past the mark comes in the first steps, so the rule acts there; what
+ * follows is the loans' own steady state (alias.h). Measured on
  * 68 several-stream workloads (bench/RESULTS.md), it costs map calls in later passes (a third more in
  * the third) and saves device calls there.
  */
@@ -677,35 +526,6 @@ static bool small_pages_home(gp_pool_state *p, gp_stream_state *st)
 }
 
 /*
- * Best fit over the tenant's idle blocks (`tenant_best_fit:on`; provider.h: borrows_blocks). The
- * streams of one tenant (replicas, or the models of one job) each keep a heap of their own, so that a
- * block freed on a stream is reused on it at once; but what one stream is done with on the device is,
- * to any other stream of the tenant, as free as its own (borrow). A request that st's heap fits only
- * loosely, splitting a larger free block, while another stream holds an idle block that fits it more
- * tightly, is one that best fit over the tenant's free memory would place in the other block: the
- * split cuts a free block that later, larger requests need whole while the tighter block stays idle.
- * Separate heaps as such cost little where whole free pages move freely between streams (the
- * reference models pages-bf and pages-bf-streams agree on average, bench/RESULTS.md, session 34); what
- * this saves is the pages the pool would otherwise grow or move for the split block's later, larger
- * requests. Only blocks whose stream's fence says its work on them is done are taken (no wait), and
- * an exact fit in st's own heap is never passed over (the fast path takes it).
- * Large requests only: small blocks live and die with their stream's own work.
- *
- * Off by default, because of what it costs with busy streams: the borrowed block, freed on the
- * borrower, comes back to its lender only once the borrower's work on it has completed (pending.h), so
- * that a lender working at its peak finds its idle blocks of before pending on another stream and
- * grows. Replayed with idle streams it holds less on every several-stream set; with busy ones more
- * (bench/RESULTS.md, session 33). A deployment whose host waits for its streams between requests
- * (serving one request at a time per model) is the first case.
- */
-static gp_block *tenant_best_fit(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t size, bool small,
-                                 size_t own_fit)
-{
-    assert(own_fit == 0 || (!small && p->cfg.borrow && p->cfg.tenant_best_fit)); /* api/alloc.c asks so */
-    return own_fit != 0 ? borrow(p, st, rsize, size, small, own_fit) : NULL;
-}
-
-/*
  * The allocation slow path on a virtual memory backend: one chain, cheapest first, each step tried
  * only where the ones before it found nothing. Steps 1-5 make no device call and no map call; 6, 7 and
  * 9 map or unmap pages the pool already has (no new memory); 8 may, and 10 does, make new pages where
@@ -719,7 +539,7 @@ static int alloc_vmm(gp_pool_state *p, gp_stream_state *st, size_t size, size_t 
     bool lend = alias && p->cfg.loans; /* other streams' free pages, stitched in place */
     /* 1. Where st's own heap fits a large request only loosely: a tighter idle block of another
      *    stream of its tenant (tenant_best_fit; off by default). */
-    gp_block *b = tenant_best_fit(p, st, rsize, size, small, own_fit);
+    gp_block *b = gp_vmm_tenant_best_fit(p, st, rsize, size, small, own_fit);
     /* 2. st's own heap, as the fast path saw it, and again after taking back (loans:on) its pages
      *    held for other streams' idle stitched ranges (alias.h: loans) and, for a large request, the
      *    pages its small heap has on loan and no longer uses (small_pages_home). */
@@ -733,12 +553,12 @@ static int alloc_vmm(gp_pool_state *p, gp_stream_state *st, size_t size, size_t 
     /* 3. A stitched range of st whose homes are free (or held for it). */
     if (b == NULL && alias)
         b = gp_alias_take(p, st, rsize, size);
-    /* 4. Another stream's unused range: it changes owner with its pages (steal_range). */
-    if (b == NULL && (seg = steal_range(p, st, rsize, small)) != NULL)
+    /* 4. Another stream's unused range: it changes owner with its pages (gp_vmm_steal_range). */
+    if (b == NULL && (seg = gp_vmm_steal_range(p, st, rsize, small)) != NULL)
         b = gp_provider_take(p, st, seg, small, rsize, size);
     /* 5. Another stream's idle free block, borrowed (borrow). */
     if (b == NULL && p->cfg.borrow)
-        b = borrow(p, st, rsize, size, small, SIZE_MAX);
+        b = gp_vmm_borrow(p, st, rsize, size, small, SIZE_MAX);
     /* 6. A small request: an alias of a free page at the frontier of st's large ranges (alias.c). */
     if (b == NULL && alias_small && !gp_capture_underway())
         b = gp_alias_small_grow(p, st, rsize, size);
@@ -753,7 +573,7 @@ static int alloc_vmm(gp_pool_state *p, gp_stream_state *st, size_t size, size_t 
         b = gp_alias_stitch(p, st, rsize, size, false);
         if (b == NULL && lend && stitch_waste_fits(p, rsize) && growth_passes_cap(p, st, rsize, small)) {
             /* pages held for other streams' idle stitched blocks are free memory too (alias.h) */
-            collect_tenant_pending(p, st);
+            gp_vmm_collect_tenant_pending(p, st);
             gp_alias_reclaim(p, NULL);
             b = gp_alias_stitch(p, st, rsize, size, true);
         }
@@ -763,7 +583,7 @@ static int alloc_vmm(gp_pool_state *p, gp_stream_state *st, size_t size, size_t 
     /* 9. With loans:on, where growth would raise the pool's high-water mark: the same loan. */
     if (b == NULL && lend && !gp_capture_underway() && stitch_waste_fits(p, rsize) &&
         tenant_has_other_streams(p, st) && growth_raises_peak(p, st, rsize, small)) { /* it may unmap */
-        collect_tenant_pending(p, st);
+        gp_vmm_collect_tenant_pending(p, st);
         gp_alias_reclaim(p, NULL);
         b = gp_alias_stitch(p, st, rsize, size, true);
     }
