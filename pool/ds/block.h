@@ -51,7 +51,7 @@ typedef struct gp_block {
     struct gp_block *list_prev, *list_next; /* FREE: its free list; PENDING: its stream's pending list */
     struct gp_segment *segment;
     gp_block_state state;
-    /* LIVE: handed out to another stream of its owner's tenant (provider/vmm.c: borrow) and used on no
+    /* LIVE: handed out to another stream of its owner's tenant (provider/vmm_streams.c: borrow) and used on no
      * work of its owner's stream since (a gp_record_stream naming that stream clears it): freed on
      * another stream, it needs no fence of its owner (api/free.c). */
     bool borrowed;
@@ -176,7 +176,7 @@ static inline bool gp_block_unbacked(const gp_block *b)
 }
 
 /* True when no block of the segment is in use: every block FREE or, in a virtual range, UNMAPPED (so
- * that the whole range, with its mapped pages, may change owner: provider/vmm.c). */
+ * that the whole range, with its mapped pages, may change owner: provider/vmm_streams.c). */
 static inline bool gp_segment_unused(const gp_segment *seg)
 {
     for (const gp_block *b = seg->first; b != NULL; b = b->next)

@@ -39,7 +39,7 @@
  * Loans: stitching across the streams of a tenant. Several models (or replicas) on one GPU take turns
  * at their peaks, so the memory of their combined peak has to serve each stream's peak in turn. Moving
  * pages to the stream at its peak (provider/stitch.c) costs map calls in every step, as the stream the
- * pages came from needs them back before the step ends; borrowing a block in place (provider/vmm.c)
+ * pages came from needs them back before the step ends; borrowing a block in place (provider/vmm_streams.c)
  * costs none, but finds no block where the free memory of idle streams lies in pieces. So where a
  * stream's own free pages do not suffice and growing would pass the cache cap, the stitched range may
  * also map free pages of other streams of its tenant whose work on them is done (their stream's fence
@@ -67,7 +67,7 @@
  *
  * Small ranges. A stream's small heap may grow by an alias too: a small stitched range (small and
  * stitched) whose pages are free pages of the stream's large ranges, lent to the small heap while any
- * small block lives in them, going home when they are wholly free again (alias.c says why and which
+ * small block lives in them, going home when they are wholly free again (alias_small.c says why and which
  * pages). The invariants below hold for them as for any stitched range.
  *
  * Invariants (gp_alias_check, from gp_check):
@@ -144,7 +144,7 @@ bool gp_alias_has_homes(const gp_pool_state *p, const gp_segment *seg, uintptr_t
  * stream when only is NULL). GP_OK, or the first failure (the rest is left as it was). */
 int gp_alias_dissolve(gp_pool_state *p, const gp_tenant *only);
 
-/* Small ranges grown by aliasing (alias.c says why): an idle alias slot of st's small stitched ranges
+/* Small ranges grown by aliasing (alias_small.c says why): an idle alias slot of st's small stitched ranges
  * whose home is free, or else a new alias of the first whole page of the smallest free block of st's
  * ordinary large ranges, lent to st's small heap, and the request taken from that heap (rsize, size);
  * NULL when neither is there, or a map or host allocation fails (nothing lost). No new memory. Pool

@@ -51,7 +51,7 @@
  * loan cannot move while the loan lasts (homes and aliases share one stream, alias.h); measured on the
  * multistream workloads, loans made there cost more than they saved (a held-out serving mix 1.053 ->
  * 1.074). Loans made before a second stream came end when another stream would take the range
- * (gp_alias_small_recall, from steal_range in provider/vmm.c).
+ * (gp_alias_small_recall, from gp_vmm_steal_range in provider/vmm_streams.c).
  *
  * Bounds. A stream's small alias slots never exceed the mapped pages of its ordinary large ranges (as
  * for stitched ranges: each slot is a page-table entry and host metadata); past that the small heap

@@ -13,8 +13,8 @@
  * for its tenant's streams first (api/pause.c: gp_stream_drain) and then unmaps with no wait
  * (gp_pages_unmap_quiesced), as does the undoing of a failed resume (no work has seen those pages).
  * Where the pool cannot name one stream (destroy; a stitched range taking over its home page without
- * the home owner's lock, alias.c: own_page, which no caller does now), or has no event to wait on, it
- * synchronizes the device.
+ * the home owner's lock, alias.c: gp_alias_own_page, which no caller does now), or has no event to
+ * wait on, it synchronizes the device.
  * Pool lock held; a range's blocks change under its owner's stream lock.
  */
 #include <assert.h>

@@ -155,7 +155,7 @@ void gp_collect_all_pending(gp_pool_state *p)
         gp_pending_collect(p, st, 0);
         gp_heap_quick_flush(&st->small, &st->blocks);
         gp_heap_quick_flush(&st->large, &st->blocks);
-        gp_alias_small_reclaim(p, st); /* pages of the small heap wholly free now go home (alias.c) */
+        gp_alias_small_reclaim(p, st); /* pages of the small heap wholly free now go home (alias_small.c) */
         gp_stream_unlock(st);
     }
 }

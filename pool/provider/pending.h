@@ -19,7 +19,7 @@ static inline void gp_block_to_heap(gp_pool_state *p, gp_stream_state *owner, gp
 void gp_pending_collect(gp_pool_state *p, gp_stream_state *st, unsigned limit);
 /*
  * The smallest PENDING block of `lender` (locked) of at least `size` bytes in its `small` heap's ranges
- * that `taker` borrowed (provider/vmm.c) and freed on its own stream, used by no other stream (its one
+ * that `taker` borrowed (provider/vmm_streams.c) and freed on its own stream, used by no other stream (its one
  * event is on taker) and not by lender's since the borrow: cut to `size` (the rest stays PENDING on the
  * same event, which covers it as before), taken off the list, its event back in the pool when it kept
  * it, to be handed out to taker again (still PENDING). taker's own stream orders its uses, so it may

@@ -27,7 +27,7 @@ typedef struct gp_provider {
      * a large request is placed by best fit over the idle free blocks of all of them: where st's own
      * best fit is not exact, the fast path leaves the request to `alloc` with that fit's size (own_fit),
      * which first borrows a tighter block that another stream of the tenant is done with
-     * (provider/vmm.c: tenant_best_fit). */
+     * (provider/vmm_streams.c: gp_vmm_tenant_best_fit). */
     bool borrows_blocks;
 
     /* The allocation slow path's growth: makes room for a request of `size` (rounded: rsize) in st's

@@ -507,7 +507,7 @@ static gp_block *grow_and_stitch(gp_pool_state *p, gp_stream_state *st, size_t r
 
 /*
  * Before a large request makes new memory: the pages st's small heap has on loan from its large ranges
- * (alias.c) that are wholly free now, once its quick lists and thread caches are flushed, go home, so
+ * (alias_small.c) that are wholly free now, once its quick lists and thread caches are flushed, go home, so
  * that the large heap has them for its peak. True when st's small heap had any on loan (the caller
  * then looks in the large heap again). Pool lock held, st not locked.
  */
@@ -556,14 +556,14 @@ static int alloc_vmm(gp_pool_state *p, gp_stream_state *st, size_t size, size_t 
     /* 4. Another stream's unused range: it changes owner with its pages (gp_vmm_steal_range). */
     if (b == NULL && (seg = gp_vmm_steal_range(p, st, rsize, small)) != NULL)
         b = gp_provider_take(p, st, seg, small, rsize, size);
-    /* 5. Another stream's idle free block, borrowed (borrow). */
+    /* 5. Another stream's idle free block, borrowed (gp_vmm_borrow). */
     if (b == NULL && p->cfg.borrow)
         b = gp_vmm_borrow(p, st, rsize, size, small, SIZE_MAX);
-    /* 6. A small request: an alias of a free page at the frontier of st's large ranges (alias.c). */
+    /* 6. A small request: an alias of a free page at the frontier of st's large ranges (alias_small.c). */
     if (b == NULL && alias_small && !gp_capture_underway())
         b = gp_alias_small_grow(p, st, rsize, size);
     /* 7. The large heap must make memory: pages its small heap has on loan from the frontier and still
-     *    uses become the small heap's own, so that growth in place extends the frontier (alias.c). */
+     *    uses become the small heap's own, so that growth in place extends the frontier (alias_small.c). */
     if (b == NULL && alias && !gp_capture_underway()) /* it may unmap */
         gp_alias_small_keep(p, st);
     /* 8. Where stitching pays: a new stitched range of st's own free pages; with loans:on, where growth

@@ -40,7 +40,7 @@ gp_segment *gp_vmm_steal_range(gp_pool_state *p, gp_stream_state *st, size_t siz
     gp_segment *best = NULL;
     for (gp_segment *seg = p->segments_head; seg != NULL; seg = seg->next) {
         /* Ranges with aliases stay with their owner (alias.h: homes and aliases share one stream),
-         * unless the aliases are only its owner's small heap's loans, which end first (alias.c). */
+         * unless the aliases are only its owner's small heap's loans, which end first (alias_small.c). */
         if (seg->stitched || seg->owner == st || seg->small != small || seg->paused ||
             seg->pages == NULL || seg->mapped_bytes < size || seg->owner->tenant != st->tenant)
             continue;
