@@ -4,7 +4,8 @@
  * the check) and alias_small.c (the small heap grown by aliasing free pages of the large ranges).
  * Nothing else includes it; alias.h is the interface, and says why and states the invariants.
  *
- * Locks: as alias.h says for each caller; every function here names what it needs.
+ * Locks: the functions declared below name the locks they need; the inline ones read a range's fields
+ * and blocks under whichever lock the caller holds for that range (alias.h: Locks).
  */
 #ifndef GP_ALIAS_INTERNAL_H
 #define GP_ALIAS_INTERNAL_H
