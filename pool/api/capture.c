@@ -289,11 +289,11 @@ gp_pool *gp_capture_owner(gp_pool_state *p, void *ptr)
     pthread_mutex_lock(&c->lock);
     for (size_t i = 0; i < c->count && owner == NULL; i++) {
         gp_pool_state *g = c->items[i].pool->state;
-        pthread_mutex_lock(&g->lock);
+        gp_pool_lock(g);
         for (gp_segment *seg = g->segments_head; seg != NULL && owner == NULL; seg = seg->next)
             if ((uintptr_t)ptr >= seg->addr && (uintptr_t)ptr < seg->addr + seg->size)
                 owner = c->items[i].pool;
-        pthread_mutex_unlock(&g->lock);
+        gp_pool_unlock(g);
     }
     pthread_mutex_unlock(&c->lock);
     return owner;

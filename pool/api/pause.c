@@ -288,9 +288,9 @@ typedef struct graph_step {
 static bool graph_pool_paused(gp_pool *graph)
 {
     gp_pool_state *g = graph->state;
-    pthread_mutex_lock(&g->lock);
+    gp_pool_lock(g);
     bool paused = gp_graph_pool_tenant(graph)->paused;
-    pthread_mutex_unlock(&g->lock);
+    gp_pool_unlock(g);
     return paused;
 }
 

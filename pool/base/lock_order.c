@@ -36,17 +36,14 @@ __attribute__((constructor)) static void read_switch(void)
 /* The lock's name as the README's lock order says it ("the lock of stream 3"), in `buf`. */
 static const char *lock_name(char *buf, size_t len, unsigned rank, unsigned sub)
 {
-    const char *name = "an unknown lock";
-    if (rank == GP_RANK_POOL)
-        name = "the pool lock";
-    else if (rank == GP_RANK_THREAD_CACHE)
-        name = "a thread cache's lock";
-    else if (rank == GP_RANK_EVENT_POOL)
-        name = "the event pool's lock";
     if (rank == GP_RANK_STREAM)
         snprintf(buf, len, "the lock of stream %u", sub);
     else
-        snprintf(buf, len, "%s", name);
+        snprintf(buf, len, "%s",
+                 rank == GP_RANK_POOL           ? "the pool lock"
+                 : rank == GP_RANK_THREAD_CACHE ? "a thread cache's lock"
+                 : rank == GP_RANK_EVENT_POOL   ? "the event pool's lock"
+                                                : "an unknown lock");
     return buf;
 }
 

@@ -34,8 +34,9 @@
  *   - nothing else pushes on a quick list while lenders hold blocks: gp_block_to_heap returns them
  *     first (a pending free that completes, a free from another thread), so the stack stays whole;
  *   - every reader of what quick-listed blocks are returns the lenders first: a flush before a heap
- *     grows (gp_provider_take), a borrower's look at another stream's free bytes (provider/vmm_streams.c), a
- *     steal fence (a free since its record: the entry's counted frees), every whole-pool walk and trim;
+ *     grows (gp_provider_take), a borrower's look at another stream's free bytes
+ *     (provider/vmm_streams.c), a steal fence (a free since its record: the entry's counted frees),
+ *     every whole-pool walk and trim;
  *     elsewhere a LENT block is what a QUICK one is to the pool: not FREE (no coalescing with it, no
  *     wholly free segment or page around it);
  *   - a cached allocation is skipped while S has pending frees to query (the stream's path collects
