@@ -99,9 +99,10 @@ static size_t unmap_in_range(gp_pool_state *p, gp_segment *seg, size_t want, con
     return got;
 }
 
-size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *spot, bool spot_back,
-                               uint64_t idle_before, bool release, int *rc, const gp_tenant *only,
-                               const gp_tenant *taker)
+/* gp_vmm_unmap_free_pages in its first `rounds` rounds (below): 4 = all of them, 2 = idle pages only. */
+static size_t unmap_free_pages_rounds(gp_pool_state *p, size_t want, const gp_block *spot, bool spot_back,
+                                      uint64_t idle_before, bool release, int *rc, const gp_tenant *only,
+                                      const gp_tenant *taker, int rounds)
 {
     size_t got = 0;
     if (gp_capture_underway()) /* unmapping synchronises the device: never while a graph is captured */
@@ -109,7 +110,7 @@ size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *sp
     /* Idle pages first (the file's header), and within each round pages with no second address first:
      * unmapping a home's alias slots undoes a stitched layout that a later step would map again
      * (alias.h); only when those do not suffice, the others. */
-    for (int round = 0; round < 4 && got < want; round++) {
+    for (int round = 0; round < rounds && got < want; round++) {
         bool idle_only = round < 2, shared = round % 2 == 1;
         for (gp_segment *seg = p->segments_head; seg != NULL && got < want; seg = seg->next) {
             gp_stream_state *owner = seg->owner;
@@ -126,6 +127,13 @@ size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *sp
     return got;
 }
 
+size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *spot, bool spot_back,
+                               uint64_t idle_before, bool release, int *rc, const gp_tenant *only,
+                               const gp_tenant *taker)
+{
+    return unmap_free_pages_rounds(p, want, spot, spot_back, idle_before, release, rc, only, taker, 4);
+}
+
 /*
  * Pages beyond the pool's come from the device while the pool stays under its cache cap
  * ((1 + cache_slack) x the peak of allocated bytes: the demand the workload has shown); past it, from
@@ -136,24 +144,46 @@ size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *sp
  * keeps it at the demand's peak. The price is paid in map calls where the layout a step needs keeps
  * moving (a serving loop of varying shapes, several streams whose peaks take turns); defrag:off
  * instead grows once and then maps nothing.
+ *
+ * With `hold_peak` (the caller's: a large heap's growth on a tenant with several streams), growth
+ * under the cap that would raise the pool's high-water mark (reserved_peak) also moves whole free
+ * pages first, down to that mark, but only pages whose stream's work on them is done (the idle
+ * rounds of gp_vmm_unmap_free_pages: no wait) and none held for a busy stream's stitched block. Why:
+ * several models or replicas on one GPU take turns at their peaks, so when one stream's growth would
+ * raise the mark, memory of the others often lies idle; growth under the cap would add to what the
+ * device must hold for good (the figure every neighbour on the GPU pays), while idle pages serve with
+ * map calls and no memory, as loans do where a request can be stitched whole (vmm.c, step 9). No
+ * wait: under the cap the memory is granted anyway, and holding the host up for another model's
+ * kernel to save it is the wrong trade (moving pages with waits added a fifth to the host's stalls
+ * with busy streams, bench/RESULTS.md, session 45). One stream alone keeps the cap's rule: its free
+ * pages are its own layout for later in its step, and cutting them out strands the pieces beside the
+ * cut (measured on 40 single-stream traces: as many worse as better, map calls in later passes).
  */
-void gp_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t pages, const gp_block *spot, bool spot_back)
+void gp_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t pages, const gp_block *spot, bool spot_back,
+               bool hold_peak)
 {
     size_t cap = gp_cache_cap(&p->cfg, gp_allocated_estimate(p), atomic_load(&p->allocated_peak), rsize);
+    if (cap == SIZE_MAX) /* cache_slack off: growth never moves pages */
+        return;
     size_t after = atomic_load(&p->reserved) + (pages - p->pooled_count) * p->page;
-    if (cap != SIZE_MAX && after > cap) {
-        int urc = GP_OK;
-        gp_collect_all_pending(p); /* quick-listed blocks hide whole free pages */
-        gp_alias_reclaim(p, NULL); /* and so do pages parked with idle stitched blocks (alias.h) */
-        size_t want = gp_div_up(after - cap, p->page);
-        if (want > pages - p->pooled_count)
-            want = pages - p->pooled_count;
-        size_t got = gp_vmm_unmap_free_pages(p, want, spot, spot_back, UINT64_MAX, false, &urc, NULL, st->tenant);
-        /* Short of free pages: pages parked for busy holders are free memory too, once their holder's
-         * work on them is done; waiting for that one stream beats growing past the cap. */
-        if (got < want && gp_alias_reclaim_waiting(p, want - got) > 0)
-            got += gp_vmm_unmap_free_pages(p, want - got, spot, spot_back, UINT64_MAX, false, &urc, NULL, st->tenant);
-        if (got > 0)
-            atomic_fetch_add(&p->num_stitches, 1);
-    }
+    size_t limit = cap, mark = atomic_load(&p->reserved_peak);
+    if (hold_peak && mark < cap)
+        limit = mark;
+    if (after <= limit)
+        return;
+    bool under_cap = after <= cap; /* only the high-water mark is passed: idle pages, no wait */
+    int urc = GP_OK;
+    gp_collect_all_pending(p); /* quick-listed blocks hide whole free pages */
+    gp_alias_reclaim(p, NULL); /* and so do pages parked with idle stitched blocks (alias.h) */
+    size_t want = gp_div_up(after - limit, p->page);
+    if (want > pages - p->pooled_count)
+        want = pages - p->pooled_count;
+    size_t got = unmap_free_pages_rounds(p, want, spot, spot_back, UINT64_MAX, false, &urc, NULL, st->tenant,
+                                         under_cap ? 2 : 4);
+    /* Short of free pages past the cap: pages parked for busy holders are free memory too, once their
+     * holder's work on them is done; waiting for that one stream beats growing past the cap. */
+    if (got < want && !under_cap && gp_alias_reclaim_waiting(p, want - got) > 0)
+        got += gp_vmm_unmap_free_pages(p, want - got, spot, spot_back, UINT64_MAX, false, &urc, NULL, st->tenant);
+    if (got > 0)
+        atomic_fetch_add(&p->num_stitches, 1);
 }

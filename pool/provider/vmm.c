@@ -234,6 +234,16 @@ static void undo_growth(gp_pool_state *p, gp_stream_state *st, gp_segment *seg, 
     gp_stream_unlock(st);
 }
 
+/* Whether st's tenant has another stream, which may lend it pages (pool lock held). */
+static bool tenant_has_other_streams(const gp_pool_state *p, const gp_stream_state *st)
+{
+    unsigned streams = atomic_load(&p->streams.count);
+    for (unsigned i = 0; i < streams; i++)
+        if (p->streams.by_index[i] != st && p->streams.by_index[i]->tenant == st->tenant)
+            return true;
+    return false;
+}
+
 /*
  * Makes a FREE block of at least `rsize` in st's heap of kind `small` (or, with `exact` non-zero,
  * maps exactly that many pages where that block would grow: grow_and_stitch) by mapping pooled,
@@ -306,7 +316,7 @@ static int grow(gp_pool_state *p, gp_stream_state *st, size_t rsize, bool small,
         back = false;
     }
     if (p->cfg.defrag && pages > p->pooled_count && !gp_capture_underway()) /* stitching unmaps */
-        gp_stitch(p, st, rsize, pages, spot, back);
+        gp_stitch(p, st, rsize, pages, spot, back, !small && tenant_has_other_streams(p, st));
     gp_stream_lock(st);
     assert(spot->state == GP_BLOCK_UNMAPPED); /* only pool-lock holders change UNMAPPED blocks */
     gp_segment *grown = spot->segment;
@@ -450,16 +460,6 @@ static bool growth_raises_peak(gp_pool_state *p, gp_stream_state *st, size_t rsi
 {
     size_t need = 0, fresh = growth_beyond_pool(p, st, rsize, small, &need);
     return past_peak(p, fresh);
-}
-
-/* Whether st's tenant has another stream, which may lend it pages (pool lock held). */
-static bool tenant_has_other_streams(const gp_pool_state *p, const gp_stream_state *st)
-{
-    unsigned streams = atomic_load(&p->streams.count);
-    for (unsigned i = 0; i < streams; i++)
-        if (p->streams.by_index[i] != st && p->streams.by_index[i]->tenant == st->tenant)
-            return true;
-    return false;
 }
 
 /*

@@ -26,9 +26,10 @@ size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *sp
 
 /* Before st maps `pages` pages at the UNMAPPED `spot` (at its back with `spot_back`, else its front)
  * for a request of `rsize`: moves free pages from elsewhere (leaving the FREE blocks around spot
- * alone, as gp_vmm_unmap_free_pages) when new ones would pass the cache cap (stitch.c). */
+ * alone, as gp_vmm_unmap_free_pages) when new ones would pass the cache cap, or, with `hold_peak`,
+ * the pool's high-water mark (then only idle pages, with no wait; stitch.c says why). */
 void gp_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t pages, const gp_block *spot,
-               bool spot_back);
+               bool spot_back, bool hold_peak);
 
 /* A page that a pause unmapped, with its physical handle kept until the pause commits (api/pause.c). */
 typedef struct gp_held_page {

@@ -5,7 +5,8 @@
  * lent to another stream's stitched block goes back to its owner only once that stream's work on it
  * is done; trim gives parked pages back; growth under the cache cap that would raise the pool's
  * high-water mark borrows an idle stream's free pages instead (and not those of a stream still at
- * work on them); gp_check holds throughout. borrow:off, so that no free block is borrowed whole and
+ * work on them), and without loans moves them (no wait for a stream at work; one stream alone grows);
+ * gp_check holds throughout. borrow:off, so that no free block is borrowed whole and
  * the pages have to be stitched.
  */
 #include <criterion/criterion.h>
@@ -352,12 +353,81 @@ Test(loans, pages_of_a_stream_still_at_work_are_not_lent_past_the_peak)
     free_past_the_peak(y, held);
 }
 
-Test(loans, without_loans_growth_past_the_peak_makes_memory)
+/* Without loans the same growth moves two of a's idle free pages into b's range (stitch.c, hold_peak):
+ * map calls, no new memory; a's peak then grows them back. */
+Test(loans, without_loans_growth_past_the_peak_moves_an_idle_streams_free_pages)
 {
     open_pool("device_memory:1GiB,borrow:off,loans:off");
+    uint64_t creates = gp_sim_calls(sim, GP_SIM_CALL_PHYS_CREATE);
     void *held, *y = past_the_peak_on_b(&held, false);
-    cr_assert_eq(stats_now().reserved_bytes, 4 * H + 4 * MIB);
+    cr_assert_eq(stats_now().reserved_bytes, 4 * H, "b's growth took two of a's idle free pages: no new memory");
+    cr_assert_eq(gp_sim_calls(sim, GP_SIM_CALL_PHYS_CREATE), creates + 4 * H / (2 * MIB));
+    cr_assert_eq(stats_now().reserved_bytes_peak, 4 * H, "the high-water mark held");
+    check_pattern(b, y, 4 * MIB, 302);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
     free_past_the_peak(y, held);
+}
+
+/* The same with a's kernel still writing its freed peak: b grows (4 MiB of new memory) rather than wait
+ * for a's work under the cache cap, and no unmap waited for a. */
+Test(loans, without_loans_growth_past_the_peak_does_not_wait_for_a_stream_at_work)
+{
+    open_pool("device_memory:1GiB,borrow:off,loans:off");
+    void *held, *y = past_the_peak_on_b(&held, true);
+    gp_stats s = stats_now();
+    cr_assert_eq(s.reserved_bytes, 4 * H + 4 * MIB, "a's kernel still writes its free pages: b grows");
+    cr_assert_eq(s.num_unmap_waits, 0, "no wait for a's work");
+    check_pattern(b, y, 4 * MIB, 302);
+    gp_sim_synchronize(sim);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    free_past_the_peak(y, held);
+}
+
+/* On a: 20 MiB live, a 20 MiB hole, 20 MiB live, a 20 MiB free end (the pool at its high-water mark,
+ * the cache cap far away), then 50 MiB: a's whole free pages (20) are too few to stitch it, so the end
+ * grows in place by 15 pages. With `b_too`, b has been used (a's tenant has two streams). Returns the
+ * growth in reserved bytes. */
+static size_t growth_for_50_mib(bool b_too)
+{
+    open_pool("device_memory:1GiB,borrow:off,loans:off,cache_slack:1");
+    if (b_too) {
+        void *t = alloc_written(b, 4 * MIB, 399, 1000);
+        cr_assert_eq(gp_free(pool, t, b), GP_OK);
+    }
+    void *p1 = alloc_written(a, 20 * MIB, 400, 1000), *hole = alloc_written(a, 20 * MIB, 401, 1000);
+    void *p2 = alloc_written(a, 20 * MIB, 402, 1000), *end = alloc_written(a, 20 * MIB, 403, 1000);
+    cr_assert_eq(gp_free(pool, hole, a), GP_OK);
+    cr_assert_eq(gp_free(pool, end, a), GP_OK);
+    gp_sim_synchronize(sim);
+    gp_stats before = stats_now();
+    cr_assert_eq(before.reserved_bytes, before.reserved_bytes_peak, "at the high-water mark");
+    void *y = alloc_written(a, 50 * MIB, 404, 1000);
+    size_t grown = stats_now().reserved_bytes - before.reserved_bytes;
+    check_pattern(a, p1, 20 * MIB, 400);
+    check_pattern(a, p2, 20 * MIB, 402);
+    check_pattern(a, y, 50 * MIB, 404);
+    gp_sim_synchronize(sim);
+    cr_assert_eq(gp_check(pool), GP_OK, "%s", gp_last_error());
+    cr_assert_eq(gp_free(pool, y, a), GP_OK);
+    cr_assert_eq(gp_free(pool, p1, a), GP_OK);
+    cr_assert_eq(gp_free(pool, p2, a), GP_OK);
+    gp_sim_synchronize(sim);
+    return grown;
+}
+
+/* One stream alone keeps the cap's rule: its growth under the cap past the peak makes all 15 pages
+ * rather than cut its own hole's pages out (its layout for later in its step). */
+Test(loans, one_stream_alone_grows_under_the_cap_past_the_peak)
+{
+    cr_assert_eq(growth_for_50_mib(false), 30 * MIB);
+}
+
+/* A tenant with two streams: the same growth takes the idle free pages first, the hole's 10 and the 2
+ * of b's range (its 4 MiB block, freed), and makes only 3. */
+Test(loans, with_two_streams_growth_past_the_peak_takes_idle_pages_first)
+{
+    size_t g = growth_for_50_mib(true);
+    cr_assert_eq(g, 6 * MIB, "grew %zu MiB", g / MIB);
 }
 
 /* a's three holes of H (its pins between them), and a hole of H on b: a's 3H peak is stitched from its
