@@ -91,8 +91,12 @@ static void *server(void *arg)
             EXPECT(gp_free(pool, live[i].p, stream) == GP_OK, "free");
             live[i] = live[--count];
         }
+        /* The GPU keeps pace with this thread: every 32 steps the clock moves by the work they queued
+         * (two 400 ns kernels a step). At 1 us per 32 steps, as before, the streams fell ever further
+         * behind (up to 1.9 million ops queued on one), and the sim's checks against queued work made
+         * a run take from 1 s to over 280 s with the same code, depending on how long the napper took. */
         if (step % 32 == 0)
-            gp_sim_advance(sim, 1000);
+            gp_sim_advance(sim, 32 * 2 * 400);
     }
     for (int i = 0; i < count; i++) {
         use(stream, live[i], GP_SIM_CHECK);
@@ -203,9 +207,10 @@ int main(void)
     EXPECT(s.allocated_bytes == 0, "%llu bytes still allocated", (unsigned long long)s.allocated_bytes);
     EXPECT(pauses == PAUSES, "%llu pauses of %d", (unsigned long long)pauses, PAUSES);
     printf("test_pause_threads: %d pauses with contents beside %d serving threads, %llu allocations, "
-           "%llu device synchronizes, %llu stream waits\n",
+           "%llu device synchronizes, %llu stream waits, %llu ops queued on one stream at most\n",
            PAUSES, SERVERS * THREADS_PER_SERVER, (unsigned long long)s.num_allocs,
-           (unsigned long long)s.num_device_syncs, (unsigned long long)s.num_unmap_waits);
+           (unsigned long long)s.num_device_syncs, (unsigned long long)s.num_unmap_waits,
+           (unsigned long long)r.deepest_queue);
     EXPECT(s.num_device_syncs == 0, "a pause synchronized the device");
     gp_leak_report leaks;
     EXPECT(gp_pool_destroy(pool, &leaks) == GP_OK && leaks.live_blocks == 0, "destroy");
