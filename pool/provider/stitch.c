@@ -99,10 +99,11 @@ static size_t unmap_in_range(gp_pool_state *p, gp_segment *seg, size_t want, con
     return got;
 }
 
-/* gp_vmm_unmap_free_pages in its first `rounds` rounds (below): 4 = all of them, 2 = idle pages only. */
-static size_t unmap_free_pages_rounds(gp_pool_state *p, size_t want, const gp_block *spot, bool spot_back,
-                                      uint64_t idle_before, bool release, int *rc, const gp_tenant *only,
-                                      const gp_tenant *taker, int rounds)
+/* gp_vmm_unmap_free_pages; with `idle_only`, only its first two rounds (below): pages whose stream's
+ * work on them is done, taken with no wait. */
+static size_t unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *spot, bool spot_back,
+                               uint64_t idle_before, bool release, int *rc, const gp_tenant *only,
+                               const gp_tenant *taker, bool idle_only)
 {
     size_t got = 0;
     if (gp_capture_underway()) /* unmapping synchronises the device: never while a graph is captured */
@@ -110,15 +111,16 @@ static size_t unmap_free_pages_rounds(gp_pool_state *p, size_t want, const gp_bl
     /* Idle pages first (the file's header), and within each round pages with no second address first:
      * unmapping a home's alias slots undoes a stitched layout that a later step would map again
      * (alias.h); only when those do not suffice, the others. */
+    int rounds = idle_only ? 2 : 4;
     for (int round = 0; round < rounds && got < want; round++) {
-        bool idle_only = round < 2, shared = round % 2 == 1;
+        bool idle_round = round < 2, shared = round % 2 == 1;
         for (gp_segment *seg = p->segments_head; seg != NULL && got < want; seg = seg->next) {
             gp_stream_state *owner = seg->owner;
             if (seg->pages == NULL || seg->paused || (only != NULL && owner->tenant != only))
                 continue;
             bool others = taker != NULL && owner->tenant != taker;
             gp_stream_lock(owner);
-            uint64_t done_upto = idle_only ? gp_stream_done(p, owner) : UINT64_MAX;
+            uint64_t done_upto = idle_round ? gp_stream_done(p, owner) : UINT64_MAX;
             got += unmap_in_range(p, seg, want - got, spot, spot_back, idle_before, done_upto, release, others,
                                   shared, rc);
             gp_stream_unlock(owner);
@@ -131,7 +133,7 @@ size_t gp_vmm_unmap_free_pages(gp_pool_state *p, size_t want, const gp_block *sp
                                uint64_t idle_before, bool release, int *rc, const gp_tenant *only,
                                const gp_tenant *taker)
 {
-    return unmap_free_pages_rounds(p, want, spot, spot_back, idle_before, release, rc, only, taker, 4);
+    return unmap_free_pages(p, want, spot, spot_back, idle_before, release, rc, only, taker, false);
 }
 
 /*
@@ -178,8 +180,7 @@ void gp_stitch(gp_pool_state *p, gp_stream_state *st, size_t rsize, size_t pages
     size_t want = gp_div_up(after - limit, p->page);
     if (want > pages - p->pooled_count)
         want = pages - p->pooled_count;
-    size_t got = unmap_free_pages_rounds(p, want, spot, spot_back, UINT64_MAX, false, &urc, NULL, st->tenant,
-                                         under_cap ? 2 : 4);
+    size_t got = unmap_free_pages(p, want, spot, spot_back, UINT64_MAX, false, &urc, NULL, st->tenant, under_cap);
     /* Short of free pages past the cap: pages parked for busy holders are free memory too, once their
      * holder's work on them is done; waiting for that one stream beats growing past the cap. */
     if (got < want && !under_cap && gp_alias_reclaim_waiting(p, want - got) > 0)
